@@ -1,0 +1,117 @@
+// The public API of the horovodlite core. Every function may be called from any
+// thread. Collectives return a Handle at once; one background thread per process
+// negotiates with the other ranks which named tensors are ready everywhere, fuses
+// them and runs the collective. Nothing here throws: failures are Status values
+// (on the handle for collectives). The framework adapters turn them into exceptions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "horovodlite/common.h"
+#include "horovodlite/config.h"
+#include "horovodlite/handle.h"
+#include "horovodlite/tensor.h"
+#include "horovodlite/version.h"
+
+namespace horovodlite {
+
+// ---- lifecycle ----
+
+struct InitOptions {
+  // Ranks taking part; MPI_COMM_NULL (default) means MPI_COMM_WORLD. Kept as a
+  // void* so that this header does not need mpi.h: pass &comm of an MPI_Comm.
+  const void* mpi_comm = nullptr;
+};
+
+// Initialises MPI if the program has not (then finalizes it at process exit,
+// never earlier, so that init() after shutdown() works), reads and validates the
+// configuration from the environment, and starts the background thread.
+// A second init() while initialised is a no-op returning OK.
+Status init(const InitOptions& options = {});
+// Stops the background thread on every rank (collective: all ranks must call it).
+// Ops still in flight complete with an "shut down" (kAborted) error.
+Status shutdown();
+bool is_initialized();
+
+// -1 when not initialised.
+int rank();
+int size();
+int local_rank();
+int local_size();
+int cross_rank();
+int cross_size();
+// Whether MPI provided MPI_THREAD_MULTIPLE (the program may then make its own MPI
+// calls concurrently with the background thread).
+bool mpi_threads_supported();
+
+// ---- collectives ----
+// `name` identifies the op across ranks and must be unique among ops in flight;
+// empty names get "<op>.noname.<n>" (same on every rank if all ranks enqueue
+// unnamed ops in the same order).
+
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kAverage;
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+};
+
+// output may equal input (in place). Average divides the sum by size().
+HandlePtr allreduce_async(const std::string& name, const TensorView& input, const TensorView& output,
+                          const AllreduceOptions& options = {});
+
+// Concatenates every rank's input along dim 0 (dim 0 may differ; other dims must
+// match). A 0-d input is gathered as shape [1].
+HandlePtr allgather_async(const std::string& name, const TensorView& input, OutputAllocator allocate);
+
+// In place: root's tensor is copied into every rank's `tensor`.
+HandlePtr broadcast_async(const std::string& name, const TensorView& tensor, int root_rank);
+
+// Rank r sends rows [sum(splits[:j]), sum(splits[:j+1])) of dim 0 to rank j.
+// Empty splits means dim 0 divided evenly (must be divisible by size()).
+// The handle's received_splits() says how many rows came from each rank.
+HandlePtr alltoall_async(const std::string& name, const TensorView& input, const std::vector<int64_t>& splits,
+                         OutputAllocator allocate);
+
+// Reduces across ranks, then rank r keeps its block of dim 0: dim 0 is split into
+// size() blocks, the first (dim0 % size) ranks getting one row more. Needs >= 1 dim.
+struct ReducescatterOptions {
+  ReduceOp op = ReduceOp::kAverage;
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+};
+HandlePtr reducescatter_async(const std::string& name, const TensorView& input, OutputAllocator allocate,
+                              const ReducescatterOptions& options = {});
+
+// Completes when every rank has reached it.
+HandlePtr barrier_async();
+
+// This rank has no more data: until every rank has joined, the other ranks'
+// allreduces complete with this rank contributing zeros (Average still divides by
+// size()). Completes when all ranks have joined; last_joined_rank() is the last.
+HandlePtr join_async();
+
+// Rows of dim 0 that `rank` keeps in a reducescatter of a tensor with `dim0` rows.
+int64_t reducescatter_rows(int64_t dim0, int world_size, int rank);
+
+// ---- introspection ----
+
+struct Stats {
+  uint64_t cycles = 0;              // background-loop cycles run
+  uint64_t negotiations = 0;        // cycles that needed the gather/broadcast round trip
+  uint64_t cache_hits = 0;          // tensors agreed through the response cache bit vector
+  uint64_t tensors_negotiated = 0;  // tensors agreed through the full round trip
+  uint64_t responses_executed = 0;  // collectives run (a fused batch counts once)
+  uint64_t fused_tensors = 0;       // tensors that went through a fused batch of >= 2
+  uint64_t errors = 0;              // error responses (mismatches etc.)
+};
+// This rank's counters since init.
+Stats stats();
+
+
+// The configuration in force (valid while initialised).
+const Config& config();
+
+}  // namespace horovodlite

@@ -1,0 +1,5 @@
+#pragma once
+#define HVL_VERSION_MAJOR 0
+#define HVL_VERSION_MINOR 1
+#define HVL_VERSION_PATCH 0
+#define HVL_VERSION_STRING "0.1.0"

@@ -1,0 +1,271 @@
+// The public API: validates arguments locally (a clear error naming the tensor,
+// before anything reaches other ranks) and hands entries to the runtime.
+#include <atomic>
+#include <cmath>
+#include <mutex>
+
+#include "horovodlite/horovodlite.h"
+#include "runtime.h"
+
+namespace horovodlite {
+
+namespace {
+
+std::mutex g_mu;                    // guards g_runtime (init/shutdown vs. callers)
+std::shared_ptr<Runtime> g_runtime;  // the one mutable global: the handle to the runtime
+std::atomic<uint64_t> g_noname{0};
+std::atomic<uint64_t> g_barrier{0};
+
+std::shared_ptr<Runtime> current() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime;
+}
+
+HandlePtr failed(const std::string& name, Status s) {
+  auto h = std::make_shared<Handle>(name);
+  h->complete(std::move(s));
+  return h;
+}
+
+std::string auto_name(const std::string& name, const char* op) {
+  if (!name.empty()) return name;
+  return std::string(op) + ".noname." + std::to_string(g_noname.fetch_add(1));
+}
+
+Status check_tensor(const std::string& name, const TensorView& t, const char* what) {
+  if (!dtype_valid(static_cast<int>(t.dtype))) {
+    return Status::InvalidArgument(std::string(what) + " of '" + name + "' has an unsupported dtype (" +
+                                   std::to_string(static_cast<int>(t.dtype)) + ")");
+  }
+  for (int64_t d : t.shape) {
+    if (d < 0) return Status::InvalidArgument(std::string(what) + " of '" + name + "' has a negative dimension " +
+                                              shape_string(t.shape));
+  }
+  if (t.data == nullptr && t.num_elements() > 0) {
+    return Status::InvalidArgument(std::string(what) + " of '" + name + "' has no data");
+  }
+  if (t.device != kCpuDevice) {
+    return Status::Unimplemented("tensor '" + name + "' is on cuda:" + std::to_string(t.device) +
+                                 ", but this build of horovodlite supports host (CPU) tensors only");
+  }
+  return Status::OK();
+}
+
+Status check_scaling(const std::string& name, DataType dtype, ReduceOp op, double pre, double post) {
+  if (op == ReduceOp::kAdasum) {
+    return Status::Unimplemented("Adasum is not supported by horovodlite (tensor '" + name + "')");
+  }
+  if (static_cast<int>(op) > static_cast<int>(ReduceOp::kAdasum)) {
+    return Status::InvalidArgument("invalid reduce op for tensor '" + name + "'");
+  }
+  if (dtype == DataType::kBool && (op == ReduceOp::kAverage || pre != 1.0 || post != 1.0)) {
+    return Status::InvalidArgument("tensor '" + name + "' is bool: Average and scale factors are not defined for "
+                                   "bool; use Sum (logical or), Min, Max or Product (logical and)");
+  }
+  if (!std::isfinite(pre) || !std::isfinite(post)) {
+    return Status::InvalidArgument("scale factors for tensor '" + name + "' must be finite");
+  }
+  return Status::OK();
+}
+
+// Builds and enqueues an entry, or returns a failed handle.
+HandlePtr submit(std::unique_ptr<TensorEntry> e) {
+  auto rt = current();
+  if (!rt) {
+    return failed(e->request.name, Status::Precondition("horovodlite is not initialized (call init() first, or "
+                                                        "init() again after shutdown()); cannot run '" +
+                                                        e->request.name + "'"));
+  }
+  return rt->enqueue(std::move(e));
+}
+
+std::unique_ptr<TensorEntry> make_entry(OpType type, const std::string& name, const TensorView& input) {
+  auto e = std::make_unique<TensorEntry>();
+  e->request.type = type;
+  e->request.name = name;
+  e->request.dtype = input.dtype;
+  e->request.device = input.device;
+  e->request.shape = input.shape;
+  e->input = input;
+  e->output = input;
+  e->handle = std::make_shared<Handle>(name);
+  return e;
+}
+
+}  // namespace
+
+Status init(const InitOptions& options) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime) return Status::OK();
+  std::shared_ptr<Runtime> rt;
+  HVL_RETURN_IF_ERROR(Runtime::start(options, &rt));
+  g_runtime = std::move(rt);
+  return Status::OK();
+}
+
+Status shutdown() {
+  std::shared_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    rt.swap(g_runtime);
+  }
+  if (!rt) return Status::OK();
+  return rt->stop();
+}
+
+bool is_initialized() { return current() != nullptr; }
+
+#define HVL_MPI_QUERY(fn, member)      \
+  int fn() {                           \
+    auto rt = current();               \
+    return rt ? rt->mpi().member() : -1; \
+  }
+HVL_MPI_QUERY(rank, rank)
+HVL_MPI_QUERY(size, size)
+HVL_MPI_QUERY(local_rank, local_rank)
+HVL_MPI_QUERY(local_size, local_size)
+HVL_MPI_QUERY(cross_rank, cross_rank)
+HVL_MPI_QUERY(cross_size, cross_size)
+#undef HVL_MPI_QUERY
+
+bool mpi_threads_supported() {
+  auto rt = current();
+  return rt && rt->mpi().threads_multiple();
+}
+
+Stats stats() {
+  auto rt = current();
+  return rt ? rt->stats() : Stats{};
+}
+
+const Config& config() {
+  static const Config kDefault;
+  auto rt = current();
+  return rt ? rt->config() : kDefault;
+}
+
+int64_t reducescatter_rows(int64_t dim0, int world_size, int rank) {
+  if (world_size <= 0) return 0;
+  return dim0 / world_size + (rank < dim0 % world_size ? 1 : 0);
+}
+
+HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, const TensorView& output,
+                          const AllreduceOptions& options) {
+  const std::string name = auto_name(name_in, "allreduce");
+  Status s = check_tensor(name, input, "input");
+  if (s.ok()) s = check_tensor(name, output, "output");
+  if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
+  if (s.ok() && (output.dtype != input.dtype || output.num_elements() != input.num_elements())) {
+    s = Status::InvalidArgument("output of allreduce '" + name + "' must have the input's dtype and size (" +
+                                dtype_name(input.dtype) + " " + shape_string(input.shape) + "), not " +
+                                dtype_name(output.dtype) + " " + shape_string(output.shape));
+  }
+  if (!s.ok()) return failed(name, s);
+  auto e = make_entry(OpType::kAllreduce, name, input);
+  e->output = output;
+  e->request.reduce_op = options.op;
+  e->request.prescale = options.prescale_factor;
+  e->request.postscale = options.postscale_factor;
+  return submit(std::move(e));
+}
+
+HandlePtr allgather_async(const std::string& name_in, const TensorView& input, OutputAllocator allocate) {
+  const std::string name = auto_name(name_in, "allgather");
+  Status s = check_tensor(name, input, "input");
+  if (s.ok() && !allocate) s = Status::InvalidArgument("allgather '" + name + "' needs an output allocator");
+  if (!s.ok()) return failed(name, s);
+  auto e = make_entry(OpType::kAllgather, name, input);
+  e->allocate = std::move(allocate);
+  return submit(std::move(e));
+}
+
+HandlePtr broadcast_async(const std::string& name_in, const TensorView& tensor, int root_rank) {
+  const std::string name = auto_name(name_in, "broadcast");
+  Status s = check_tensor(name, tensor, "tensor");
+  const int n = size();
+  if (s.ok() && n > 0 && (root_rank < 0 || root_rank >= n)) {
+    s = Status::InvalidArgument("root rank " + std::to_string(root_rank) + " of broadcast '" + name +
+                                "' is out of range: there are " + std::to_string(n) + " ranks");
+  }
+  if (!s.ok()) return failed(name, s);
+  auto e = make_entry(OpType::kBroadcast, name, tensor);
+  e->request.root = root_rank;
+  return submit(std::move(e));
+}
+
+HandlePtr alltoall_async(const std::string& name_in, const TensorView& input, const std::vector<int64_t>& splits,
+                         OutputAllocator allocate) {
+  const std::string name = auto_name(name_in, "alltoall");
+  Status s = check_tensor(name, input, "input");
+  if (s.ok() && !allocate) s = Status::InvalidArgument("alltoall '" + name + "' needs an output allocator");
+  if (s.ok() && input.shape.empty()) {
+    s = Status::InvalidArgument("alltoall '" + name + "' needs a tensor with at least one dimension");
+  }
+  const int n = size();
+  std::vector<int64_t> sp = splits;
+  if (s.ok() && n > 0) {
+    const int64_t dim0 = input.shape[0];
+    if (sp.empty()) {
+      if (dim0 % n != 0) {
+        s = Status::InvalidArgument("alltoall '" + name + "': dim 0 (" + std::to_string(dim0) +
+                                    ") is not divisible by the number of ranks (" + std::to_string(n) +
+                                    "); pass splits");
+      } else {
+        sp.assign(n, dim0 / n);
+      }
+    } else if (static_cast<int>(sp.size()) != n) {
+      s = Status::InvalidArgument("alltoall '" + name + "': splits has " + std::to_string(sp.size()) +
+                                  " entries, expected one per rank (" + std::to_string(n) + ")");
+    } else {
+      int64_t sum = 0;
+      for (int64_t x : sp) {
+        if (x < 0) s = Status::InvalidArgument("alltoall '" + name + "': splits must not be negative");
+        sum += x;
+      }
+      if (s.ok() && sum != dim0) {
+        s = Status::InvalidArgument("alltoall '" + name + "': splits sum to " + std::to_string(sum) +
+                                    ", but dim 0 of the tensor is " + std::to_string(dim0));
+      }
+    }
+  }
+  if (!s.ok()) return failed(name, s);
+  auto e = make_entry(OpType::kAlltoall, name, input);
+  e->splits = std::move(sp);
+  e->allocate = std::move(allocate);
+  return submit(std::move(e));
+}
+
+HandlePtr reducescatter_async(const std::string& name_in, const TensorView& input, OutputAllocator allocate,
+                              const ReducescatterOptions& options) {
+  const std::string name = auto_name(name_in, "reducescatter");
+  Status s = check_tensor(name, input, "input");
+  if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
+  if (s.ok() && !allocate) s = Status::InvalidArgument("reducescatter '" + name + "' needs an output allocator");
+  if (s.ok() && input.shape.empty()) {
+    s = Status::InvalidArgument("reducescatter '" + name +
+                                "' needs a tensor with at least one dimension (dim 0 is split across ranks)");
+  }
+  if (!s.ok()) return failed(name, s);
+  auto e = make_entry(OpType::kReducescatter, name, input);
+  e->allocate = std::move(allocate);
+  e->request.reduce_op = options.op;
+  e->request.prescale = options.prescale_factor;
+  e->request.postscale = options.postscale_factor;
+  return submit(std::move(e));
+}
+
+HandlePtr barrier_async() {
+  TensorView none;
+  none.dtype = DataType::kUInt8;
+  none.shape = {0};
+  return submit(make_entry(OpType::kBarrier, "horovodlite.barrier." + std::to_string(g_barrier.fetch_add(1)), none));
+}
+
+HandlePtr join_async() {
+  TensorView none;
+  none.dtype = DataType::kUInt8;
+  none.shape = {0};
+  return submit(make_entry(OpType::kJoin, kJoinName, none));
+}
+
+}  // namespace horovodlite

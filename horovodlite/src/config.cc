@@ -1,0 +1,97 @@
+#include "horovodlite/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+namespace horovodlite {
+
+const char* log_level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace: return "trace";
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarning: return "warning";
+    case LogLevel::kError: return "error";
+    case LogLevel::kFatal: return "fatal";
+  }
+  return "?";
+}
+
+namespace {
+
+// Returns the value of HOROVODLITE_<name>, else HOROVOD_<name>, else nullptr;
+// *var receives the variable's full name for error messages.
+const char* lookup(const std::string& name, std::string* var) {
+  for (const char* prefix : {"HOROVODLITE_", "HOROVOD_"}) {
+    std::string full = prefix + name;
+    const char* v = std::getenv(full.c_str());
+    if (v != nullptr) {
+      *var = full;
+      return v;
+    }
+  }
+  return nullptr;
+}
+
+Status bad(const std::string& var, const char* value, const std::string& expected) {
+  return Status::InvalidArgument("invalid value '" + std::string(value) + "' for " + var + ": expected " + expected);
+}
+
+Status read_int(const std::string& name, int64_t min, int64_t max, int64_t* out) {
+  std::string var;
+  const char* v = lookup(name, &var);
+  if (v == nullptr) return Status::OK();
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || errno != 0 || x < min || x > max) {
+    return bad(var, v, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  *out = x;
+  return Status::OK();
+}
+
+Status read_double(const std::string& name, double min, double max, double* out) {
+  std::string var;
+  const char* v = lookup(name, &var);
+  if (v == nullptr) return Status::OK();
+  errno = 0;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  if (*v == '\0' || *end != '\0' || errno != 0 || !std::isfinite(x) || x < min || x > max) {
+    return bad(var, v, "a number in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  *out = x;
+  return Status::OK();
+}
+
+Status read_log_level(LogLevel* out) {
+  std::string var;
+  const char* v = lookup("LOG_LEVEL", &var);
+  if (v == nullptr) return Status::OK();
+  std::string s(v);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (int i = 0; i <= static_cast<int>(LogLevel::kFatal); ++i) {
+    if (s == log_level_name(static_cast<LogLevel>(i))) {
+      *out = static_cast<LogLevel>(i);
+      return Status::OK();
+    }
+  }
+  return bad(var, v, "one of trace, debug, info, warning, error, fatal");
+}
+
+}  // namespace
+
+Status Config::from_env(Config* out) {
+  Config c;
+  HVL_RETURN_IF_ERROR(read_int("FUSION_THRESHOLD", 0, int64_t(1) << 40, &c.fusion_threshold_bytes));
+  HVL_RETURN_IF_ERROR(read_double("CYCLE_TIME", 0.0, 10000.0, &c.cycle_time_ms));
+  HVL_RETURN_IF_ERROR(read_int("CACHE_CAPACITY", 0, 1 << 20, &c.cache_capacity));
+  HVL_RETURN_IF_ERROR(read_log_level(&c.log_level));
+  *out = c;
+  return Status::OK();
+}
+
+}  // namespace horovodlite

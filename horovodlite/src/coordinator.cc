@@ -1,0 +1,237 @@
+#include "coordinator.h"
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+
+namespace horovodlite {
+
+Coordinator::Coordinator(int size) : size_(size), joined_(size, false) {}
+
+void Coordinator::add(int rank, const std::vector<Request>& requests) {
+  for (const Request& q : requests) {
+    if (q.type == OpType::kJoin) {
+      if (!joined_[rank]) {
+        joined_[rank] = true;
+        ++joined_count_;
+      }
+      last_joined_ = rank;
+      continue;
+    }
+    auto it = table_.find(q.name);
+    if (it == table_.end()) {
+      Pending p;
+      p.by_rank.resize(size_);
+      p.has.assign(size_, false);
+      p.first_seen = std::chrono::steady_clock::now();
+      it = table_.emplace(q.name, std::move(p)).first;
+      arrival_.push_back(q.name);
+    }
+    Pending& p = it->second;
+    if (p.has[rank]) continue;  // a rank never sends a name twice while in flight
+    p.has[rank] = true;
+    p.by_rank[rank] = q;
+    p.by_rank[rank].rank = rank;
+    ++p.count;
+  }
+}
+
+bool Coordinator::ready(const Pending& p) const {
+  for (int r = 0; r < size_; ++r) {
+    if (!p.has[r] && !joined_[r]) return false;
+  }
+  return true;
+}
+
+std::vector<Response> Coordinator::take_ready() {
+  std::vector<Response> out;
+  std::vector<std::string> still;
+  for (const std::string& name : arrival_) {
+    auto it = table_.find(name);
+    if (it == table_.end()) continue;
+    if (ready(it->second)) {
+      out.push_back(build(name, it->second));
+      table_.erase(it);
+    } else {
+      still.push_back(name);
+    }
+  }
+  arrival_.swap(still);
+  if (joined_count_ == size_) {
+    Response j;
+    j.type = OpType::kJoin;
+    j.names = {kJoinName};
+    j.last_joined_rank = last_joined_;
+    out.push_back(j);
+    joined_.assign(size_, false);
+    joined_count_ = 0;
+    last_joined_ = -1;
+  }
+  return out;
+}
+
+std::vector<Coordinator::PendingInfo> Coordinator::pending() const {
+  std::vector<PendingInfo> out;
+  for (const std::string& name : arrival_) {
+    auto it = table_.find(name);
+    if (it == table_.end()) continue;
+    PendingInfo info;
+    info.name = name;
+    info.first_seen = it->second.first_seen;
+    for (int r = 0; r < size_; ++r) {
+      if (it->second.has[r]) info.ready_ranks.push_back(r);
+      else if (!joined_[r]) info.missing_ranks.push_back(r);
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void Coordinator::drop(const std::string& name) { table_.erase(name); }
+
+namespace {
+
+std::string device_string(int device) { return device < 0 ? "CPU" : "cuda:" + std::to_string(device); }
+
+// "rank 0: X; rank 1: Y" for every rank that sent the name.
+std::string per_rank(const std::vector<Request>& by_rank, const std::vector<bool>& has,
+                     const std::function<std::string(const Request&)>& show) {
+  std::ostringstream os;
+  bool first = true;
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    if (!has[r]) continue;
+    os << (first ? "" : "; ") << "rank " << r << ": " << show(by_rank[r]);
+    first = false;
+  }
+  return os.str();
+}
+
+Shape trailing_dims(const Shape& s) { return s.empty() ? Shape{} : Shape(s.begin() + 1, s.end()); }
+
+std::string fmt_double(double d) {
+  std::ostringstream os;
+  os.precision(17);
+  os << d;
+  return os.str();
+}
+
+}  // namespace
+
+Response Coordinator::build(const std::string& name, const Pending& p) const {
+  int first = 0;
+  while (!p.has[first]) ++first;
+  const Request& q0 = p.by_rank[first];
+
+  Response err;
+  err.type = OpType::kError;
+  err.names = {name};
+  err.error_code = StatusCode::kMismatch;
+  auto mismatch = [&](const char* what, const std::function<std::string(const Request&)>& show,
+                      const std::function<bool(const Request&)>& differs) -> bool {
+    for (int r = 0; r < size_; ++r) {
+      if (p.has[r] && differs(p.by_rank[r])) {
+        err.error_message = std::string("Mismatched ") + what + " for tensor '" + name + "' (" +
+                            op_type_name(q0.type) + "): " + per_rank(p.by_rank, p.has, show);
+        return true;
+      }
+    }
+    return false;
+  };
+
+  if (mismatch("operations", [](const Request& q) { return std::string(op_type_name(q.type)); },
+               [&](const Request& q) { return q.type != q0.type; }))
+    return err;
+  if (mismatch("data types", [](const Request& q) { return std::string(dtype_name(q.dtype)); },
+               [&](const Request& q) { return q.dtype != q0.dtype; }))
+    return err;
+  if (mismatch("devices (mixed CPU/GPU placement)", [](const Request& q) { return device_string(q.device); },
+               [&](const Request& q) { return q.device != q0.device; }))
+    return err;
+
+  const bool dim0_free = q0.type == OpType::kAllgather || q0.type == OpType::kAlltoall;
+  if (dim0_free) {
+    if (mismatch("shapes (all dimensions but the first must match)",
+                 [](const Request& q) { return shape_string(q.shape); },
+                 [&](const Request& q) {
+                   return q.shape.size() != q0.shape.size() || trailing_dims(q.shape) != trailing_dims(q0.shape);
+                 }))
+      return err;
+  } else if (q0.type != OpType::kBarrier) {
+    if (mismatch("shapes", [](const Request& q) { return shape_string(q.shape); },
+                 [&](const Request& q) { return q.shape != q0.shape; }))
+      return err;
+  }
+  if (q0.type == OpType::kBroadcast &&
+      mismatch("root ranks", [](const Request& q) { return std::to_string(q.root); },
+               [&](const Request& q) { return q.root != q0.root; }))
+    return err;
+  if (q0.type == OpType::kAllreduce || q0.type == OpType::kReducescatter) {
+    if (mismatch("reduce ops", [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); },
+                 [&](const Request& q) { return q.reduce_op != q0.reduce_op; }))
+      return err;
+    if (mismatch("prescale factors", [](const Request& q) { return fmt_double(q.prescale); },
+                 [&](const Request& q) { return q.prescale != q0.prescale; }))
+      return err;
+    if (mismatch("postscale factors", [](const Request& q) { return fmt_double(q.postscale); },
+                 [&](const Request& q) { return q.postscale != q0.postscale; }))
+      return err;
+  }
+  if (joined_count_ > 0 && q0.type != OpType::kAllreduce && q0.type != OpType::kBarrier) {
+    std::ostringstream os;
+    for (int r = 0, n = 0; r < size_; ++r)
+      if (joined_[r]) os << (n++ ? ", " : "") << r;
+    err.error_code = StatusCode::kInvalidArgument;
+    err.error_message = std::string(op_type_name(q0.type)) + " of tensor '" + name +
+                        "' is not supported while ranks have joined (joined ranks: " + os.str() +
+                        "); only allreduce and barrier are";
+    return err;
+  }
+
+  Response s;
+  s.type = q0.type;
+  s.names = {name};
+  s.dtype = q0.dtype;
+  s.device = q0.device;
+  s.reduce_op = q0.reduce_op;
+  s.prescale = q0.prescale;
+  s.postscale = q0.postscale;
+  s.root = q0.root;
+  s.shape = q0.shape;
+  if (q0.type == OpType::kAllgather) {
+    s.tensor_sizes.resize(size_);
+    for (int r = 0; r < size_; ++r) s.tensor_sizes[r] = p.by_rank[r].shape.empty() ? 1 : p.by_rank[r].shape[0];
+  } else if (q0.type == OpType::kAllreduce) {
+    s.tensor_sizes = {num_elements(q0.shape)};
+  }
+  return s;
+}
+
+int64_t response_bytes(const Response& r) {
+  int64_t n = 0;
+  for (int64_t s : r.tensor_sizes) n += s;
+  return n * static_cast<int64_t>(dtype_size(r.dtype));
+}
+
+std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes) {
+  std::vector<Response> out;
+  out.reserve(in.size());
+  int64_t back_bytes = 0;
+  for (const Response& r : in) {
+    const int64_t bytes = r.type == OpType::kAllreduce ? response_bytes(r) : 0;
+    if (!out.empty() && threshold_bytes > 0 && r.type == OpType::kAllreduce) {
+      Response& b = out.back();
+      if (b.type == OpType::kAllreduce && b.dtype == r.dtype && b.device == r.device && b.reduce_op == r.reduce_op &&
+          b.prescale == r.prescale && b.postscale == r.postscale && back_bytes + bytes <= threshold_bytes) {
+        b.names.insert(b.names.end(), r.names.begin(), r.names.end());
+        b.tensor_sizes.insert(b.tensor_sizes.end(), r.tensor_sizes.begin(), r.tensor_sizes.end());
+        back_bytes += bytes;
+        continue;
+      }
+    }
+    out.push_back(r);
+    back_bytes = bytes;
+  }
+  return out;
+}
+
+}  // namespace horovodlite

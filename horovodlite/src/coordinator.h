@@ -1,0 +1,64 @@
+// Rank 0's side of negotiation: collects the requests every rank sends, declares a
+// name ready once every rank (or every rank that has not joined) asked for it,
+// checks that the ranks agree, and turns a disagreement into an error response
+// for that name only. Also the fusion of ready responses, which every rank applies
+// identically to the same list.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "message.h"
+
+namespace horovodlite {
+
+constexpr const char* kJoinName = "horovodlite.join";
+
+class Coordinator {
+ public:
+  explicit Coordinator(int size);
+
+  // Records the requests `rank` sent this cycle.
+  void add(int rank, const std::vector<Request>& requests);
+  // Single-tensor responses for every name that became ready, in the order the
+  // names first arrived; a join response (when every rank has joined) comes last.
+  std::vector<Response> take_ready();
+
+  // Names some ranks asked for and others not yet, for the stall inspector.
+  struct PendingInfo {
+    std::string name;
+    std::vector<int> ready_ranks;
+    std::vector<int> missing_ranks;
+    std::chrono::steady_clock::time_point first_seen;
+  };
+  std::vector<PendingInfo> pending() const;
+  // Forgets a pending name (after the stall inspector failed it everywhere).
+  void drop(const std::string& name);
+
+ private:
+  struct Pending {
+    std::vector<Request> by_rank;  // size_ entries; valid where has[r]
+    std::vector<bool> has;
+    int count = 0;
+    std::chrono::steady_clock::time_point first_seen;
+  };
+  bool ready(const Pending& p) const;
+  Response build(const std::string& name, const Pending& p) const;
+
+  int size_;
+  std::unordered_map<std::string, Pending> table_;
+  std::vector<std::string> arrival_;
+  std::vector<bool> joined_;
+  int joined_count_ = 0;
+  int last_joined_ = -1;
+};
+
+// Merges consecutive allreduce responses with the same dtype, device, reduce op
+// and scale factors while the fused size stays <= threshold_bytes (0: no fusion).
+std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes);
+
+int64_t response_bytes(const Response& r);
+
+}  // namespace horovodlite

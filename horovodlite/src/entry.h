@@ -1,0 +1,25 @@
+// One enqueued operation as the runtime holds it until completion.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "horovodlite/handle.h"
+#include "horovodlite/tensor.h"
+#include "message.h"
+
+namespace horovodlite {
+
+struct TensorEntry {
+  Request request;
+  TensorView input;
+  TensorView output;        // allreduce/broadcast: where the result goes
+  OutputAllocator allocate; // allgather/alltoall/reducescatter
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  std::shared_ptr<ReadyEvent> ready;
+  HandlePtr handle;
+  std::chrono::steady_clock::time_point enqueued;
+};
+
+}  // namespace horovodlite

@@ -1,0 +1,221 @@
+#include "executor.h"
+
+#include <climits>
+#include <cstring>
+#include <numeric>
+
+#include "horovodlite/horovodlite.h"
+#include "kernels/reduce.h"
+
+namespace horovodlite {
+
+namespace {
+
+int64_t row_elements(const Shape& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+Shape with_dim0(const Shape& shape, int64_t dim0) {
+  Shape s = shape.empty() ? Shape{1} : shape;
+  s[0] = dim0;
+  return s;
+}
+
+// Element counts and displacements as MPI ints, or an error naming the tensor.
+Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts, std::vector<int>* out,
+                     std::vector<int>* displs) {
+  out->resize(counts.size());
+  displs->resize(counts.size());
+  int64_t off = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] > INT_MAX || off > INT_MAX) {
+      return Status::InvalidArgument("tensor '" + name + "' is too large for this collective: MPI counts and offsets "
+                                     "are limited to 2^31-1 elements per rank");
+    }
+    (*out)[i] = static_cast<int>(counts[i]);
+    (*displs)[i] = static_cast<int>(off);
+    off += counts[i];
+  }
+  return Status::OK();
+}
+
+double effective_postscale(const Response& r, int size) {
+  return r.reduce_op == ReduceOp::kAverage ? r.postscale / size : r.postscale;
+}
+
+ReduceOp effective_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
+}  // namespace
+
+Executor::Executor(MpiContext& mpi, const Config& config)
+    : mpi_(mpi), config_(config), host_allreduce_(make_host_allreduce(mpi, config)) {}
+
+HostAllreduce& Executor::choose(DataType dtype, ReduceOp op, int64_t bytes) {
+  for (auto& impl : host_allreduce_) {
+    if (impl->enabled(dtype, op, bytes)) return *impl;
+  }
+  return *host_allreduce_.back();
+}
+
+Status Executor::execute(const Response& r, const std::vector<TensorEntry*>& entries) {
+  switch (r.type) {
+    case OpType::kAllreduce:
+      return allreduce(r, entries);
+    case OpType::kAllgather:
+      return allgather(r, *entries.at(0));
+    case OpType::kBroadcast:
+      return broadcast(r, *entries.at(0));
+    case OpType::kAlltoall:
+      return alltoall(r, *entries.at(0));
+    case OpType::kReducescatter:
+      return reducescatter(r, *entries.at(0));
+    case OpType::kBarrier:
+    case OpType::kJoin:
+      return Status::OK();  // negotiation itself was the synchronisation
+    case OpType::kError:
+      return Status(r.error_code, r.error_message);
+  }
+  return Status::Internal("unknown response type");
+}
+
+Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
+  const size_t elem = dtype_size(r.dtype);
+  const int64_t total = std::accumulate(r.tensor_sizes.begin(), r.tensor_sizes.end(), int64_t(0));
+  const double pre = r.prescale;
+  const double post = effective_postscale(r, mpi_.size());
+  const ReduceOp op = effective_op(r.reduce_op);
+  HostAllreduce& impl = choose(r.dtype, op, total * static_cast<int64_t>(elem));
+  last_algorithm_ = impl.name();
+
+  if (entries.size() == 1 && entries[0] != nullptr) {
+    // One tensor: reduce in the output itself, no copy through the fusion buffer.
+    TensorEntry& e = *entries[0];
+    void* out = e.output.data;
+    if (pre != 1.0) {
+      kernels::scale_copy(out, e.input.data, total, r.dtype, pre);
+    } else if (out != e.input.data && total > 0) {
+      std::memcpy(out, e.input.data, total * elem);
+    }
+    HVL_RETURN_IF_ERROR(impl.run(out, total, r.dtype, op));
+    if (post != 1.0) kernels::scale(out, total, r.dtype, post);
+    e.handle->set_output(e.output);
+    return Status::OK();
+  }
+
+  char* buf = static_cast<char*>(fusion_.get(std::max<size_t>(total * elem, 1)));
+  if (buf == nullptr) return Status::Internal("out of memory allocating a fusion buffer of " +
+                                              std::to_string(total * elem) + " bytes");
+  int64_t off = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int64_t n = r.tensor_sizes[i];
+    if (entries[i] != nullptr) {
+      kernels::scale_copy(buf + off * elem, entries[i]->input.data, n, r.dtype, pre);
+    } else {
+      std::memset(buf + off * elem, 0, n * elem);  // a joined rank contributes zeros
+    }
+    off += n;
+  }
+  HVL_RETURN_IF_ERROR(impl.run(buf, total, r.dtype, op));
+  off = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int64_t n = r.tensor_sizes[i];
+    if (entries[i] != nullptr) {
+      kernels::scale_copy(entries[i]->output.data, buf + off * elem, n, r.dtype, post);
+      entries[i]->handle->set_output(entries[i]->output);
+    }
+    off += n;
+  }
+  return Status::OK();
+}
+
+Status Executor::allgather(const Response& r, TensorEntry& e) {
+  const Shape& in_shape = e.input.shape;
+  const int64_t row = row_elements(in_shape);
+  int64_t rows = 0;
+  std::vector<int64_t> counts(r.tensor_sizes.size());
+  for (size_t i = 0; i < counts.size(); ++i) {
+    rows += r.tensor_sizes[i];
+    counts[i] = r.tensor_sizes[i] * row;
+  }
+  std::vector<int> icounts, displs;
+  HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, counts, &icounts, &displs));
+  TensorView out;
+  HVL_RETURN_IF_ERROR(e.allocate(with_dim0(in_shape, rows), &out));
+  MPI_Datatype t = MpiContext::move_type(r.dtype);
+  int rc = MPI_Allgatherv(e.input.data, icounts[mpi_.rank()], t, out.data, icounts.data(), displs.data(), t,
+                          mpi_.comm());
+  HVL_RETURN_IF_ERROR(mpi_status(rc, "MPI_Allgatherv"));
+  e.handle->set_output(out);
+  return Status::OK();
+}
+
+Status Executor::broadcast(const Response& r, TensorEntry& e) {
+  const size_t elem = dtype_size(r.dtype);
+  const int64_t count = e.input.num_elements();
+  char* data = static_cast<char*>(e.output.data);
+  if (mpi_.rank() == r.root && e.output.data != e.input.data && count > 0) {
+    std::memcpy(e.output.data, e.input.data, count * elem);
+  }
+  for (int64_t done = 0; done < count;) {
+    const int n = static_cast<int>(std::min<int64_t>(count - done, INT_MAX));
+    int rc = MPI_Bcast(data + done * elem, n, MpiContext::move_type(r.dtype), r.root, mpi_.comm());
+    HVL_RETURN_IF_ERROR(mpi_status(rc, "MPI_Bcast"));
+    done += n;
+  }
+  e.handle->set_output(e.output);
+  return Status::OK();
+}
+
+Status Executor::alltoall(const Response& r, TensorEntry& e) {
+  const int size = mpi_.size();
+  std::vector<int64_t> recv_splits(size);
+  int rc = MPI_Alltoall(e.splits.data(), 1, MPI_INT64_T, recv_splits.data(), 1, MPI_INT64_T, mpi_.comm());
+  HVL_RETURN_IF_ERROR(mpi_status(rc, "MPI_Alltoall"));
+  const int64_t row = row_elements(e.input.shape);
+  std::vector<int64_t> send_counts(size), recv_counts(size);
+  int64_t rows = 0;
+  for (int i = 0; i < size; ++i) {
+    send_counts[i] = e.splits[i] * row;
+    recv_counts[i] = recv_splits[i] * row;
+    rows += recv_splits[i];
+  }
+  std::vector<int> sc, sd, rcnt, rd;
+  HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, send_counts, &sc, &sd));
+  HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, recv_counts, &rcnt, &rd));
+  TensorView out;
+  HVL_RETURN_IF_ERROR(e.allocate(with_dim0(e.input.shape, rows), &out));
+  MPI_Datatype t = MpiContext::move_type(r.dtype);
+  rc = MPI_Alltoallv(e.input.data, sc.data(), sd.data(), t, out.data, rcnt.data(), rd.data(), t, mpi_.comm());
+  HVL_RETURN_IF_ERROR(mpi_status(rc, "MPI_Alltoallv"));
+  e.handle->set_output(out);
+  e.handle->set_received_splits(std::move(recv_splits));
+  return Status::OK();
+}
+
+Status Executor::reducescatter(const Response& r, TensorEntry& e) {
+  const int size = mpi_.size();
+  const Shape& shape = e.input.shape;
+  const int64_t row = row_elements(shape);
+  const int64_t total = e.input.num_elements();
+  const size_t elem = dtype_size(r.dtype);
+  std::vector<int64_t> counts(size);
+  for (int i = 0; i < size; ++i) counts[i] = reducescatter_rows(shape[0], size, i) * row;
+  std::vector<int> icounts, displs;
+  HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, counts, &icounts, &displs));
+  TensorView out;
+  HVL_RETURN_IF_ERROR(e.allocate(with_dim0(shape, reducescatter_rows(shape[0], size, mpi_.rank())), &out));
+  char* tmp = static_cast<char*>(fusion_.get(std::max<size_t>(total * elem, 1)));
+  if (tmp == nullptr) return Status::Internal("out of memory allocating a reducescatter buffer");
+  kernels::scale_copy(tmp, e.input.data, total, r.dtype, r.prescale);
+  int rc = MPI_Reduce_scatter(tmp, out.data, icounts.data(), mpi_.reduce_type(r.dtype),
+                              mpi_.reduce_op(effective_op(r.reduce_op), r.dtype), mpi_.comm());
+  HVL_RETURN_IF_ERROR(mpi_status(rc, "MPI_Reduce_scatter"));
+  const double post = effective_postscale(r, size);
+  if (post != 1.0) kernels::scale(out.data, counts[mpi_.rank()], r.dtype, post);
+  e.handle->set_output(out);
+  return Status::OK();
+}
+
+}  // namespace horovodlite

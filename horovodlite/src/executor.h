@@ -1,0 +1,43 @@
+// Runs one (possibly fused) response on this rank: the same list of responses is
+// executed in the same order on every rank.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "entry.h"
+#include "fusion_buffer.h"
+#include "horovodlite/config.h"
+#include "message.h"
+#include "mpi_context.h"
+#include "ops/host_allreduce.h"
+
+namespace horovodlite {
+
+class Executor {
+ public:
+  Executor(MpiContext& mpi, const Config& config);
+
+  // entries[i] belongs to response.names[i]; nullptr where this rank has none
+  // (it has joined). Returns the status every entry completes with.
+  Status execute(const Response& response, const std::vector<TensorEntry*>& entries);
+
+  // The name of the collective the last allreduce used (for the timeline).
+  const char* last_algorithm() const { return last_algorithm_; }
+
+ private:
+  Status allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
+  Status allgather(const Response& r, TensorEntry& e);
+  Status broadcast(const Response& r, TensorEntry& e);
+  Status alltoall(const Response& r, TensorEntry& e);
+  Status reducescatter(const Response& r, TensorEntry& e);
+  HostAllreduce& choose(DataType dtype, ReduceOp op, int64_t bytes);
+
+  MpiContext& mpi_;
+  const Config& config_;
+  std::vector<std::unique_ptr<HostAllreduce>> host_allreduce_;
+  FusionBuffer fusion_;
+  const char* last_algorithm_ = "";
+};
+
+}  // namespace horovodlite

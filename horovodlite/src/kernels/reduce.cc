@@ -1,0 +1,316 @@
+// Portable scalar kernels and the run-time dispatch to the AVX2/F16C ones.
+#include "kernels/reduce.h"
+
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/half.h"
+#include "kernels/reduce_impl.h"
+
+namespace horovodlite {
+namespace kernels {
+namespace detail {
+namespace {
+
+// Integer arithmetic wraps (done in an unsigned type wide enough that the C++
+// promotions cannot overflow a signed int).
+template <class T>
+using WrapType = std::conditional_t<(sizeof(T) < 4), uint32_t, std::make_unsigned_t<T>>;
+
+template <class T>
+inline T op_sum(T d, T s) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<WrapType<T>>(d) + static_cast<WrapType<T>>(s));
+  } else {
+    return d + s;
+  }
+}
+
+template <class T>
+inline T op_product(T d, T s) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<WrapType<T>>(d) * static_cast<WrapType<T>>(s));
+  } else {
+    return d * s;
+  }
+}
+
+// Min and max propagate a NaN from either side (s != s is false for integers).
+template <class T>
+inline T op_min(T d, T s) {
+  return (s < d || s != s) ? s : d;
+}
+
+template <class T>
+inline T op_max(T d, T s) {
+  return (s > d || s != s) ? s : d;
+}
+
+template <class T, class F>
+void reduce_loop(T* d, const T* s, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f(d[i], s[i]);
+}
+
+template <class T>
+void reduce_typed(void* dst, const void* src, int64_t n, ReduceOp op) {
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return reduce_loop(d, s, n, op_sum<T>);
+    case ReduceOp::kMin:
+      return reduce_loop(d, s, n, op_min<T>);
+    case ReduceOp::kMax:
+      return reduce_loop(d, s, n, op_max<T>);
+    case ReduceOp::kProduct:
+      return reduce_loop(d, s, n, op_product<T>);
+    default:
+      return;
+  }
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), class F>
+void reduce_16_loop(uint16_t* d, const uint16_t* s, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = FromFloat(f(ToFloat(d[i]), ToFloat(s[i])));
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void reduce_16(void* dst, const void* src, int64_t n, ReduceOp op) {
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return reduce_16_loop<ToFloat, FromFloat>(d, s, n, op_sum<float>);
+    case ReduceOp::kMin:
+      return reduce_16_loop<ToFloat, FromFloat>(d, s, n, op_min<float>);
+    case ReduceOp::kMax:
+      return reduce_16_loop<ToFloat, FromFloat>(d, s, n, op_max<float>);
+    case ReduceOp::kProduct:
+      return reduce_16_loop<ToFloat, FromFloat>(d, s, n, op_product<float>);
+    default:
+      return;
+  }
+}
+
+void reduce_bool(void* dst, const void* src, int64_t n, ReduceOp op) {
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  const bool is_or = op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kMax;
+  if (is_or) {
+    for (int64_t i = 0; i < n; ++i) d[i] = (d[i] | s[i]) != 0 ? 1 : 0;
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = (d[i] != 0 && s[i] != 0) ? 1 : 0;
+  }
+}
+
+// double -> integer: truncation toward zero, saturated to the type's range, NaN -> 0.
+template <class T>
+inline T saturate_trunc(double p) {
+  constexpr double kLo = static_cast<double>(std::numeric_limits<T>::min());
+  constexpr double kHi = static_cast<double>(std::numeric_limits<T>::max());
+  if (p != p) return 0;
+  if (p <= kLo) return std::numeric_limits<T>::min();
+  if (p >= kHi) return std::numeric_limits<T>::max();
+  return static_cast<T>(p);
+}
+
+template <class T>
+void scale_int(void* dst, const void* src, int64_t n, double factor) {
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  for (int64_t i = 0; i < n; ++i) d[i] = saturate_trunc<T>(static_cast<double>(s[i]) * factor);
+}
+
+template <class T, class M>
+void scale_float(void* dst, const void* src, int64_t n, M factor) {
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  for (int64_t i = 0; i < n; ++i) d[i] = s[i] * factor;
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void scale_16(void* dst, const void* src, int64_t n, float factor) {
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) d[i] = FromFloat(ToFloat(s[i]) * factor);
+}
+
+}  // namespace
+
+void scalar_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+  if (count <= 0) return;
+  switch (dtype) {
+    case DataType::kUInt8:
+      return reduce_typed<uint8_t>(dst, src, count, op);
+    case DataType::kInt8:
+      return reduce_typed<int8_t>(dst, src, count, op);
+    case DataType::kInt16:
+      return reduce_typed<int16_t>(dst, src, count, op);
+    case DataType::kInt32:
+      return reduce_typed<int32_t>(dst, src, count, op);
+    case DataType::kInt64:
+      return reduce_typed<int64_t>(dst, src, count, op);
+    case DataType::kFloat16:
+      return reduce_16<half_to_float_scalar, float_to_half_scalar>(dst, src, count, op);
+    case DataType::kBFloat16:
+      return reduce_16<bfloat16_to_float_scalar, float_to_bfloat16_scalar>(dst, src, count, op);
+    case DataType::kFloat32:
+      return reduce_typed<float>(dst, src, count, op);
+    case DataType::kFloat64:
+      return reduce_typed<double>(dst, src, count, op);
+    case DataType::kBool:
+      return reduce_bool(dst, src, count, op);
+  }
+}
+
+void scalar_scale_copy(void* dst, const void* src, int64_t count, DataType dtype, double factor) {
+  if (count <= 0) return;
+  switch (dtype) {
+    case DataType::kUInt8:
+      return scale_int<uint8_t>(dst, src, count, factor);
+    case DataType::kInt8:
+      return scale_int<int8_t>(dst, src, count, factor);
+    case DataType::kInt16:
+      return scale_int<int16_t>(dst, src, count, factor);
+    case DataType::kInt32:
+      return scale_int<int32_t>(dst, src, count, factor);
+    case DataType::kInt64:
+      return scale_int<int64_t>(dst, src, count, factor);
+    case DataType::kFloat16:
+      return scale_16<half_to_float_scalar, float_to_half_scalar>(dst, src, count, static_cast<float>(factor));
+    case DataType::kBFloat16:
+      return scale_16<bfloat16_to_float_scalar, float_to_bfloat16_scalar>(dst, src, count,
+                                                                         static_cast<float>(factor));
+    case DataType::kFloat32:
+      return scale_float<float>(dst, src, count, static_cast<float>(factor));
+    case DataType::kFloat64:
+      return scale_float<double>(dst, src, count, factor);
+    case DataType::kBool: {
+      uint8_t* d = static_cast<uint8_t*>(dst);
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      const uint8_t nonzero_factor = factor != 0.0 ? 1 : 0;
+      for (int64_t i = 0; i < count; ++i) d[i] = s[i] != 0 ? nonzero_factor : 0;
+      return;
+    }
+  }
+}
+
+void scalar_float_to_half_n(uint16_t* dst, const float* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = float_to_half_scalar(src[i]);
+}
+
+void scalar_half_to_float_n(float* dst, const uint16_t* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = half_to_float_scalar(src[i]);
+}
+
+void scalar_double_to_half_n(uint16_t* dst, const double* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = double_to_half_scalar(src[i]);
+}
+
+void scalar_half_to_double_n(double* dst, const uint16_t* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<double>(half_to_float_scalar(src[i]));
+}
+
+}  // namespace detail
+
+namespace {
+
+bool detect_avx2_f16c() {
+#if HVL_KERNELS_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+size_t element_bytes(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
+      return 1;
+    case DataType::kInt16:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool cpu_has_avx2_f16c() {
+  static const bool has = detect_avx2_f16c();
+  return has;
+}
+
+void reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+  if (count <= 0) return;
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_reduce_into(dst, src, count, dtype, op);
+#endif
+  detail::scalar_reduce_into(dst, src, count, dtype, op);
+}
+
+void scale(void* buf, int64_t count, DataType dtype, double factor) {
+  if (count <= 0 || factor == 1.0) return;
+  scale_copy(buf, buf, count, dtype, factor);
+}
+
+void scale_copy(void* dst, const void* src, int64_t count, DataType dtype, double factor) {
+  if (count <= 0) return;
+  if (factor == 1.0) {
+    if (dst != src) std::memcpy(dst, src, static_cast<size_t>(count) * element_bytes(dtype));
+    return;
+  }
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_scale_copy(dst, src, count, dtype, factor);
+#endif
+  detail::scalar_scale_copy(dst, src, count, dtype, factor);
+}
+
+uint16_t float_to_half(float f) { return detail::float_to_half_scalar(f); }
+float half_to_float(uint16_t h) { return detail::half_to_float_scalar(h); }
+uint16_t float_to_bfloat16(float f) { return detail::float_to_bfloat16_scalar(f); }
+float bfloat16_to_float(uint16_t b) { return detail::bfloat16_to_float_scalar(b); }
+
+void float_to_half_n(uint16_t* dst, const float* src, int64_t count) {
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_float_to_half_n(dst, src, count);
+#endif
+  detail::scalar_float_to_half_n(dst, src, count);
+}
+
+void half_to_float_n(float* dst, const uint16_t* src, int64_t count) {
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_half_to_float_n(dst, src, count);
+#endif
+  detail::scalar_half_to_float_n(dst, src, count);
+}
+
+void double_to_half_n(uint16_t* dst, const double* src, int64_t count) {
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_double_to_half_n(dst, src, count);
+#endif
+  detail::scalar_double_to_half_n(dst, src, count);
+}
+
+void half_to_double_n(double* dst, const uint16_t* src, int64_t count) {
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_half_to_double_n(dst, src, count);
+#endif
+  detail::scalar_half_to_double_n(dst, src, count);
+}
+
+}  // namespace kernels
+}  // namespace horovodlite

@@ -1,0 +1,369 @@
+// AVX2/F16C kernels. Everything here is compiled for AVX2 through a target
+// pragma and has internal linkage (so that no AVX2 copy of an inline function
+// can be picked by the linker for the portable path); only the avx2_* entry
+// points of reduce_impl.h are visible, and reduce.cc calls them only after
+// checking the CPU. Odd tails are finished by the scalar kernels, which apply
+// the same operation element by element, so the results are bit-identical.
+#include "kernels/reduce_impl.h"
+
+#if HVL_KERNELS_X86
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c")
+#endif
+
+namespace horovodlite {
+namespace kernels {
+namespace detail {
+namespace {
+
+// 32-byte GCC vector types (element-wise operators, lane-wise ?: ) and the
+// unsigned type used for wrapping integer arithmetic.
+template <class T>
+struct Vec;
+#define HVL_VEC(T, U)                                              \
+  template <>                                                      \
+  struct Vec<T> {                                                  \
+    typedef T type __attribute__((vector_size(32)));               \
+    typedef U utype __attribute__((vector_size(32)));              \
+    static constexpr int kLanes = static_cast<int>(32 / sizeof(T)); \
+  };
+HVL_VEC(uint8_t, uint8_t)
+HVL_VEC(int8_t, uint8_t)
+HVL_VEC(int16_t, uint16_t)
+HVL_VEC(int32_t, uint32_t)
+HVL_VEC(int64_t, uint64_t)
+HVL_VEC(float, float)
+HVL_VEC(double, double)
+#undef HVL_VEC
+
+template <class V>
+inline V load(const void* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+template <class V>
+inline void store(void* p, V v) {
+  __builtin_memcpy(p, &v, sizeof(V));
+}
+
+// Vector ops, lane for lane the same as the scalar ones in reduce.cc.
+template <class T>
+struct SumOp {
+  template <class V>
+  static V apply(V d, V s) {
+    using U = typename Vec<T>::utype;
+    return (V)((U)d + (U)s);
+  }
+};
+template <class T>
+struct ProductOp {
+  template <class V>
+  static V apply(V d, V s) {
+    using U = typename Vec<T>::utype;
+    return (V)((U)d * (U)s);
+  }
+};
+template <class T>
+struct MinOp {
+  template <class V>
+  static V apply(V d, V s) {
+    return ((s < d) | (s != s)) ? s : d;
+  }
+};
+template <class T>
+struct MaxOp {
+  template <class V>
+  static V apply(V d, V s) {
+    return ((s > d) | (s != s)) ? s : d;
+  }
+};
+// bool as bytes: or = min(d | s, 1); and = min(min(d, s), 1).
+struct OrOp {
+  template <class V>
+  static V apply(V d, V s) {
+    V r = d | s;
+    const V one = r * 0 + 1;
+    return r < one ? r : one;
+  }
+};
+struct AndOp {
+  template <class V>
+  static V apply(V d, V s) {
+    V r = s < d ? s : d;
+    const V one = r * 0 + 1;
+    return r < one ? r : one;
+  }
+};
+
+template <class T, class Op>
+void reduce_vec(void* dst, const void* src, int64_t n, DataType dtype, ReduceOp op) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes;
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    V d0 = load<V>(d + i), d1 = load<V>(d + i + L), d2 = load<V>(d + i + 2 * L), d3 = load<V>(d + i + 3 * L);
+    V s0 = load<V>(s + i), s1 = load<V>(s + i + L), s2 = load<V>(s + i + 2 * L), s3 = load<V>(s + i + 3 * L);
+    store(d + i, Op::apply(d0, s0));
+    store(d + i + L, Op::apply(d1, s1));
+    store(d + i + 2 * L, Op::apply(d2, s2));
+    store(d + i + 3 * L, Op::apply(d3, s3));
+  }
+  for (; i + L <= n; i += L) store(d + i, Op::apply(load<V>(d + i), load<V>(s + i)));
+  if (i < n) scalar_reduce_into(d + i, s + i, n - i, dtype, op);
+}
+
+template <class T>
+void reduce_dispatch(void* dst, const void* src, int64_t n, DataType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return reduce_vec<T, SumOp<T>>(dst, src, n, dtype, op);
+    case ReduceOp::kMin:
+      return reduce_vec<T, MinOp<T>>(dst, src, n, dtype, op);
+    case ReduceOp::kMax:
+      return reduce_vec<T, MaxOp<T>>(dst, src, n, dtype, op);
+    case ReduceOp::kProduct:
+      return reduce_vec<T, ProductOp<T>>(dst, src, n, dtype, op);
+    default:
+      return;
+  }
+}
+
+// ---- 16-bit floats: 8 lanes widened to float ----
+
+inline __m256 half8_load(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline void half8_store(uint16_t* p, __m256 f) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+inline __m256 bf8_load(const uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+inline void bf8_store(uint16_t* p, __m256 f) {
+  const __m256i x = _mm256_castps_si256(f);
+  const __m256i hi = _mm256_srli_epi32(x, 16);
+  const __m256i odd = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
+  const __m256i quiet_nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+  const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, quiet_nan, is_nan);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+
+struct HalfIo {
+  static __m256 load(const uint16_t* p) { return half8_load(p); }
+  static void store(uint16_t* p, __m256 f) { half8_store(p, f); }
+};
+struct BfIo {
+  static __m256 load(const uint16_t* p) { return bf8_load(p); }
+  static void store(uint16_t* p, __m256 f) { bf8_store(p, f); }
+};
+
+template <class Io, class Op>
+void reduce_16_vec(void* dst, const void* src, int64_t n, DataType dtype, ReduceOp op) {
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256 a0 = Io::load(d + i), a1 = Io::load(d + i + 8), a2 = Io::load(d + i + 16), a3 = Io::load(d + i + 24);
+    __m256 b0 = Io::load(s + i), b1 = Io::load(s + i + 8), b2 = Io::load(s + i + 16), b3 = Io::load(s + i + 24);
+    Io::store(d + i, Op::apply(a0, b0));
+    Io::store(d + i + 8, Op::apply(a1, b1));
+    Io::store(d + i + 16, Op::apply(a2, b2));
+    Io::store(d + i + 24, Op::apply(a3, b3));
+  }
+  for (; i + 8 <= n; i += 8) Io::store(d + i, Op::apply(Io::load(d + i), Io::load(s + i)));
+  if (i < n) scalar_reduce_into(d + i, s + i, n - i, dtype, op);
+}
+
+template <class Io>
+void reduce_16_dispatch(void* dst, const void* src, int64_t n, DataType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return reduce_16_vec<Io, SumOp<float>>(dst, src, n, dtype, op);
+    case ReduceOp::kMin:
+      return reduce_16_vec<Io, MinOp<float>>(dst, src, n, dtype, op);
+    case ReduceOp::kMax:
+      return reduce_16_vec<Io, MaxOp<float>>(dst, src, n, dtype, op);
+    case ReduceOp::kProduct:
+      return reduce_16_vec<Io, ProductOp<float>>(dst, src, n, dtype, op);
+    default:
+      return;
+  }
+}
+
+// ---- scaling ----
+
+template <class T, class M>
+void scale_float_vec(void* dst, const void* src, int64_t n, DataType dtype, M factor) {
+  using V = typename Vec<T>::type;
+  constexpr int64_t L = Vec<T>::kLanes;
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  V f;
+  for (int64_t k = 0; k < L; ++k) f[k] = factor;
+  int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    V s0 = load<V>(s + i), s1 = load<V>(s + i + L);
+    store(d + i, s0 * f);
+    store(d + i + L, s1 * f);
+  }
+  for (; i + L <= n; i += L) store(d + i, load<V>(s + i) * f);
+  if (i < n) scalar_scale_copy(d + i, s + i, n - i, dtype, factor);
+}
+
+template <class Io>
+void scale_16_vec(void* dst, const void* src, int64_t n, DataType dtype, double factor) {
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const __m256 f = _mm256_set1_ps(static_cast<float>(factor));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) Io::store(d + i, _mm256_mul_ps(Io::load(s + i), f));
+  if (i < n) scalar_scale_copy(d + i, s + i, n - i, dtype, factor);
+}
+
+// int32: product in double, NaN -> 0, saturated, truncated toward zero.
+void scale_int32_vec(void* dst, const void* src, int64_t n, double factor) {
+  int32_t* d = static_cast<int32_t*>(dst);
+  const int32_t* s = static_cast<const int32_t*>(src);
+  const __m256d f = _mm256_set1_pd(factor);
+  const __m256d lo = _mm256_set1_pd(-2147483648.0);
+  const __m256d hi = _mm256_set1_pd(2147483647.0);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    __m256d p = _mm256_mul_pd(_mm256_cvtepi32_pd(x), f);
+    p = _mm256_and_pd(p, _mm256_cmp_pd(p, p, _CMP_ORD_Q));
+    p = _mm256_max_pd(_mm256_min_pd(p, hi), lo);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvttpd_epi32(p));
+  }
+  if (i < n) scalar_scale_copy(d + i, s + i, n - i, DataType::kInt32, factor);
+}
+
+// double -> float rounded to odd (truncate, then set the last bit if inexact):
+// rounding that to half to nearest even equals rounding the double directly.
+inline __m128 pd_to_ps_round_odd(__m256d x) {
+  const __m128 f = _mm256_cvtpd_ps(x);
+  const __m256d back = _mm256_cvtps_pd(f);
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
+  const __m256d overshot = _mm256_cmp_pd(_mm256_and_pd(back, abs_mask), _mm256_and_pd(x, abs_mask), _CMP_GT_OQ);
+  const __m256d inexact = _mm256_cmp_pd(back, x, _CMP_NEQ_OQ);
+  const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0);
+  const __m128i over32 =
+      _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(overshot), low_dwords));
+  const __m128i inexact32 =
+      _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), low_dwords));
+  __m128i bits = _mm_add_epi32(_mm_castps_si128(f), over32);  // one ulp toward zero where rounded away
+  bits = _mm_or_si128(bits, _mm_and_si128(inexact32, _mm_set1_epi32(1)));
+  return _mm_castsi128_ps(bits);
+}
+
+}  // namespace
+
+void avx2_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+  if (count <= 0) return;
+  switch (dtype) {
+    case DataType::kUInt8:
+      return reduce_dispatch<uint8_t>(dst, src, count, dtype, op);
+    case DataType::kInt8:
+      return reduce_dispatch<int8_t>(dst, src, count, dtype, op);
+    case DataType::kInt16:
+      return reduce_dispatch<int16_t>(dst, src, count, dtype, op);
+    case DataType::kInt32:
+      return reduce_dispatch<int32_t>(dst, src, count, dtype, op);
+    case DataType::kInt64:
+      return reduce_dispatch<int64_t>(dst, src, count, dtype, op);
+    case DataType::kFloat16:
+      return reduce_16_dispatch<HalfIo>(dst, src, count, dtype, op);
+    case DataType::kBFloat16:
+      return reduce_16_dispatch<BfIo>(dst, src, count, dtype, op);
+    case DataType::kFloat32:
+      return reduce_dispatch<float>(dst, src, count, dtype, op);
+    case DataType::kFloat64:
+      return reduce_dispatch<double>(dst, src, count, dtype, op);
+    case DataType::kBool:
+      if (op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kMax) {
+        return reduce_vec<uint8_t, OrOp>(dst, src, count, dtype, op);
+      }
+      return reduce_vec<uint8_t, AndOp>(dst, src, count, dtype, op);
+  }
+}
+
+void avx2_scale_copy(void* dst, const void* src, int64_t count, DataType dtype, double factor) {
+  if (count <= 0) return;
+  switch (dtype) {
+    case DataType::kFloat32:
+      return scale_float_vec<float>(dst, src, count, dtype, static_cast<float>(factor));
+    case DataType::kFloat64:
+      return scale_float_vec<double>(dst, src, count, dtype, factor);
+    case DataType::kFloat16:
+      return scale_16_vec<HalfIo>(dst, src, count, dtype, factor);
+    case DataType::kBFloat16:
+      return scale_16_vec<BfIo>(dst, src, count, dtype, factor);
+    case DataType::kInt32:
+      return scale_int32_vec(dst, src, count, factor);
+    default:  // the remaining integer types and bool: rare, the scalar loop is fine
+      return scalar_scale_copy(dst, src, count, dtype, factor);
+  }
+}
+
+void avx2_float_to_half_n(uint16_t* dst, const float* src, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) half8_store(dst + i, _mm256_loadu_ps(src + i));
+  if (i < count) scalar_float_to_half_n(dst + i, src + i, count - i);
+}
+
+void avx2_half_to_float_n(float* dst, const uint16_t* src, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(dst + i, half8_load(src + i));
+  if (i < count) scalar_half_to_float_n(dst + i, src + i, count - i);
+}
+
+void avx2_double_to_half_n(uint16_t* dst, const double* src, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128 lo = pd_to_ps_round_odd(_mm256_loadu_pd(src + i));
+    const __m128 hi = pd_to_ps_round_odd(_mm256_loadu_pd(src + i + 4));
+    half8_store(dst + i, _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1));
+  }
+  if (i < count) scalar_double_to_half_n(dst + i, src + i, count - i);
+}
+
+void avx2_half_to_double_n(double* dst, const uint16_t* src, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 f = half8_load(src + i);
+    _mm256_storeu_pd(dst + i, _mm256_cvtps_pd(_mm256_castps256_ps128(f)));
+    _mm256_storeu_pd(dst + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
+  }
+  if (i < count) scalar_half_to_double_n(dst + i, src + i, count - i);
+}
+
+}  // namespace detail
+}  // namespace kernels
+}  // namespace horovodlite
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif  // HVL_KERNELS_X86

@@ -1,0 +1,77 @@
+// What ranks tell the coordinator (Request) and what it answers (Response), and
+// their wire format. Decoding is defensive: every read is bounds-checked and every
+// count is limited by the bytes that remain, so a corrupt or hostile buffer gives
+// an error Status, never a crash or an unbounded allocation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "horovodlite/common.h"
+
+namespace horovodlite {
+
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
+  kJoin = 6,
+  kError = 7,  // responses only
+};
+const char* op_type_name(OpType t);
+
+struct Request {
+  int32_t rank = 0;
+  OpType type = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  int32_t device = kCpuDevice;
+  Shape shape;
+  int32_t root = 0;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+
+  // Whether a and b ask for the same op with the same parameters (the response
+  // cache's test; allgather/alltoall compare all dims, as the cache keeps them).
+  bool same_params(const Request& other) const;
+};
+
+struct Response {
+  OpType type = OpType::kAllreduce;
+  std::vector<std::string> names;
+  // kError: the message delivered to every rank, and its code.
+  std::string error_message;
+  StatusCode error_code = StatusCode::kOk;
+  DataType dtype = DataType::kFloat32;
+  int32_t device = kCpuDevice;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;
+  // allreduce: the element count of each name (so joined ranks can contribute
+  // zeros and fused offsets agree everywhere). allgather: dim 0 of each rank.
+  std::vector<int64_t> tensor_sizes;
+  // Single-tensor ops: the shape (from the coordinator's view of rank 0's request
+  // or the first rank that sent it).
+  Shape shape;
+  // join: the last rank to join.
+  int32_t last_joined_rank = -1;
+};
+
+// Encoders append to `out`. Decoders consume `data[0, size)` and return an error
+// naming what was malformed.
+void encode_requests(const std::vector<Request>& requests, std::string* out);
+Status decode_requests(const uint8_t* data, size_t size, std::vector<Request>* out);
+void encode_responses(const std::vector<Response>& responses, std::string* out);
+Status decode_responses(const uint8_t* data, size_t size, std::vector<Response>* out);
+
+// Limits enforced on decode.
+constexpr size_t kMaxNameLength = 4096;
+constexpr size_t kMaxDims = 64;
+
+}  // namespace horovodlite

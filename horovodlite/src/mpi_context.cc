@@ -1,0 +1,171 @@
+#include "mpi_context.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "kernels/reduce.h"
+#include "logging.h"
+
+namespace horovodlite {
+
+namespace {
+
+// MPI must be finalized once, at process exit, and only if we initialised it:
+// finalizing in shutdown() would make a later init() impossible.
+std::once_flag g_finalize_once;
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+template <DataType D, ReduceOp O>
+void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  kernels::reduce_into(inout, in, *len, D, O);
+}
+
+}  // namespace
+
+Status mpi_status(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return Status::OK();
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return Status::Internal(std::string(call) + " failed: " + std::string(msg, len));
+}
+
+Status mpi_wait(MPI_Request* request, const char* what, int max_sleep_us) {
+  int done = 0;
+  int attempts = 0;
+  int sleep_us = 2;
+  while (true) {
+    int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, what);
+    if (done) return Status::OK();
+    ++attempts;
+    if (attempts < 32) continue;  // a few microseconds: the peer is usually close behind
+    if (attempts < 64) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, max_sleep_us);
+  }
+}
+
+Status MpiContext::init(const MPI_Comm* user_comm) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return Status::Precondition("MPI has already been finalized; horovodlite cannot start");
+  if (!initialized) {
+    int provided = MPI_THREAD_SINGLE;
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    HVL_RETURN_IF_ERROR(mpi_status(rc, "MPI_Init_thread"));
+    std::call_once(g_finalize_once, [] { std::atexit(finalize_at_exit); });
+  }
+  MPI_Query_thread(&thread_level_);
+  if (thread_level_ < MPI_THREAD_SERIALIZED) {
+    HVL_LOG(kWarning, "MPI provides thread level " << thread_level_
+                      << " (< MPI_THREAD_SERIALIZED); horovodlite's background thread makes all its MPI calls, "
+                         "so the program must not call MPI concurrently. Initialise MPI with MPI_THREAD_MULTIPLE.");
+  } else if (thread_level_ < MPI_THREAD_MULTIPLE) {
+    HVL_LOG(kInfo, "MPI did not provide MPI_THREAD_MULTIPLE; the program must not call MPI concurrently with horovodlite");
+  }
+
+  MPI_Comm base = user_comm ? *user_comm : MPI_COMM_WORLD;
+  HVL_RETURN_IF_ERROR(mpi_status(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup"));
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  // Errors come back as codes, which become Status values, instead of aborting.
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+
+  HVL_RETURN_IF_ERROR(mpi_status(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_),
+                                 "MPI_Comm_split_type"));
+  MPI_Comm_rank(local_comm_, &local_rank_);
+  MPI_Comm_size(local_comm_, &local_size_);
+  HVL_RETURN_IF_ERROR(mpi_status(MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_), "MPI_Comm_split"));
+  MPI_Comm_rank(cross_comm_, &cross_rank_);
+  MPI_Comm_size(cross_comm_, &cross_size_);
+
+  MPI_Type_contiguous(2, MPI_BYTE, &half_type_);
+  MPI_Type_commit(&half_type_);
+  MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_);
+  MPI_Type_commit(&bf16_type_);
+  MPI_Op_create(&half_op<DataType::kFloat16, ReduceOp::kSum>, 1, &half_ops_[0][0]);
+  MPI_Op_create(&half_op<DataType::kFloat16, ReduceOp::kMin>, 1, &half_ops_[0][1]);
+  MPI_Op_create(&half_op<DataType::kFloat16, ReduceOp::kMax>, 1, &half_ops_[0][2]);
+  MPI_Op_create(&half_op<DataType::kFloat16, ReduceOp::kProduct>, 1, &half_ops_[0][3]);
+  MPI_Op_create(&half_op<DataType::kBFloat16, ReduceOp::kSum>, 1, &half_ops_[1][0]);
+  MPI_Op_create(&half_op<DataType::kBFloat16, ReduceOp::kMin>, 1, &half_ops_[1][1]);
+  MPI_Op_create(&half_op<DataType::kBFloat16, ReduceOp::kMax>, 1, &half_ops_[1][2]);
+  MPI_Op_create(&half_op<DataType::kBFloat16, ReduceOp::kProduct>, 1, &half_ops_[1][3]);
+  return Status::OK();
+}
+
+void MpiContext::release() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (auto& row : half_ops_)
+    for (auto& op : row)
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
+  if (half_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&half_type_);
+  if (bf16_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&bf16_type_);
+  for (MPI_Comm* c : {&cross_comm_, &local_comm_, &comm_})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+}
+
+MpiContext::~MpiContext() { release(); }
+
+MPI_Datatype MpiContext::reduce_type(DataType dtype) const {
+  switch (dtype) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kInt16: return MPI_INT16_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat16: return half_type_;
+    case DataType::kBFloat16: return bf16_type_;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBool: return MPI_C_BOOL;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Datatype MpiContext::move_type(DataType dtype) {
+  switch (dtype_size(dtype)) {
+    case 1: return MPI_UINT8_T;
+    case 2: return MPI_UINT16_T;
+    case 4: return MPI_UINT32_T;
+    default: return MPI_UINT64_T;
+  }
+}
+
+MPI_Op MpiContext::reduce_op(ReduceOp op, DataType dtype) const {
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+    const int row = dtype == DataType::kFloat16 ? 0 : 1;
+    switch (op) {
+      case ReduceOp::kMin: return half_ops_[row][1];
+      case ReduceOp::kMax: return half_ops_[row][2];
+      case ReduceOp::kProduct: return half_ops_[row][3];
+      default: return half_ops_[row][0];
+    }
+  }
+  if (dtype == DataType::kBool) {
+    return (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? MPI_LAND : MPI_LOR;
+  }
+  switch (op) {
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProduct: return MPI_PROD;
+    default: return MPI_SUM;
+  }
+}
+
+}  // namespace horovodlite

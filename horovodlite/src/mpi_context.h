@@ -1,0 +1,59 @@
+// Everything MPI: initialisation (or adopting the program's own MPI), the
+// communicators (global, local = same host, cross = same local rank across hosts),
+// datatypes and reduction ops for every dtype (custom ones for fp16/bf16), and a
+// wait that does not busy-spin.
+#pragma once
+
+#include <mpi.h>
+
+#include "horovodlite/common.h"
+
+namespace horovodlite {
+
+class MpiContext {
+ public:
+  MpiContext() = default;
+  MpiContext(const MpiContext&) = delete;
+  MpiContext& operator=(const MpiContext&) = delete;
+  ~MpiContext();
+
+  // comm: the communicator to duplicate (MPI_COMM_WORLD when null).
+  Status init(const MPI_Comm* comm);
+  void release();
+
+  MPI_Comm comm() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int cross_rank() const { return cross_rank_; }
+  int cross_size() const { return cross_size_; }
+  bool threads_multiple() const { return thread_level_ >= MPI_THREAD_MULTIPLE; }
+
+  // The MPI datatype for reductions of `dtype`.
+  MPI_Datatype reduce_type(DataType dtype) const;
+  // An MPI datatype of the same element size, for data movement only.
+  static MPI_Datatype move_type(DataType dtype);
+  MPI_Op reduce_op(ReduceOp op, DataType dtype) const;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm local_comm_ = MPI_COMM_NULL;
+  MPI_Comm cross_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
+  int thread_level_ = MPI_THREAD_SINGLE;
+  MPI_Datatype half_type_ = MPI_DATATYPE_NULL;
+  MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
+  // [0]: fp16 {sum, min, max, prod}; [1]: bf16 {...}
+  MPI_Op half_ops_[2][4] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
+                            {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
+};
+
+// Completes a non-blocking MPI request without spinning a core: tests, then
+// yields, then sleeps with a growing back-off (capped at max_sleep_us).
+Status mpi_wait(MPI_Request* request, const char* what, int max_sleep_us = 200);
+
+// MPI error code -> Status naming the call.
+Status mpi_status(int rc, const char* call);
+
+}  // namespace horovodlite

@@ -1,0 +1,31 @@
+// In-place allreduce of a host buffer: the interface every CPU algorithm
+// implements. The runtime asks each registered implementation, in order of
+// preference, whether it is enabled for a message, and uses the first that is
+// (as Horovod's operation manager does).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "horovodlite/common.h"
+#include "horovodlite/config.h"
+
+namespace horovodlite {
+
+class MpiContext;
+
+class HostAllreduce {
+ public:
+  virtual ~HostAllreduce() = default;
+  // The name the timeline shows for the collective, e.g. "MPI_ALLREDUCE".
+  virtual const char* name() const = 0;
+  virtual bool enabled(DataType dtype, ReduceOp op, int64_t bytes) const = 0;
+  // Average arrives as Sum (the caller applies the scaling).
+  virtual Status run(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+};
+
+// The implementations for this build and configuration, most preferred first;
+// the last one is always enabled.
+std::vector<std::unique_ptr<HostAllreduce>> make_host_allreduce(MpiContext& mpi, const Config& config);
+
+}  // namespace horovodlite

@@ -1,0 +1,13 @@
+// The one place that decides which implementations exist in this build.
+#include "ops/host_allreduce.h"
+#include "ops/mpi_allreduce.h"
+
+namespace horovodlite {
+
+std::vector<std::unique_ptr<HostAllreduce>> make_host_allreduce(MpiContext& mpi, const Config& config) {
+  std::vector<std::unique_ptr<HostAllreduce>> out;
+  out.push_back(std::make_unique<MpiAllreduce>(mpi));
+  return out;
+}
+
+}  // namespace horovodlite

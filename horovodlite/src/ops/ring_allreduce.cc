@@ -1,0 +1,253 @@
+// Pipelined ring allreduce; see ring_allreduce.h for the algorithm.
+//
+// Schedule. Step t in [0, 2(p-1)) sends chunk sc(t) to the right and receives
+// chunk rc(t) from the left, where for the reduce-scatter (t < p-1)
+// sc = r - t, rc = r - t - 1, and for the allgather (u = t - (p-1))
+// sc = r + 1 - u, rc = r - u (all mod p). Since rc(t) == sc(t+1), segment j
+// of step t+1 is sent as soon as segment j of step t has been received (and
+// reduced). Every rank numbers its segments in the same order, so the i-th
+// segment a rank sends is the i-th its right neighbour receives: the index
+// (mod kTagSpan) is the tag.
+//
+// Receives are posted in order, at most pipeline_depth ahead of the one being
+// processed. Reduce-scatter segments land in scratch slot (index mod depth).
+// Allgather segments land directly in the buffer, in the region this rank sent
+// during reduce-scatter step u; that send is waited for before the receive is
+// posted (it was posted long before; the wait is for an earlier segment in the
+// global order, so it cannot deadlock).
+#include "ops/ring_allreduce.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "kernels/reduce.h"
+
+namespace horovodlite {
+
+namespace {
+
+int64_t element_bytes(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
+      return 1;
+    case DataType::kInt16:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
+Status mpi_error(const char* call, int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
+  return Status::Internal(std::string("RingAllreduce: ") + call + " failed: " + std::string(text, len));
+}
+
+#define HVL_MPI_CALL(call)                                         \
+  do {                                                             \
+    const int hvl_mpi_rc_ = (call);                                \
+    if (hvl_mpi_rc_ != MPI_SUCCESS) return mpi_error(#call, hvl_mpi_rc_); \
+  } while (0)
+
+inline int mod(int a, int p) { return ((a % p) + p) % p; }
+
+}  // namespace
+
+void RingAllreduce::FreeDeleter::operator()(void* p) const { std::free(p); }
+
+RingAllreduce::RingAllreduce(MPI_Comm comm, RingAllreduceOptions options) : comm_(comm), options_(options) {
+  options_.segment_bytes = std::clamp<int64_t>(options_.segment_bytes, 1, RingAllreduceOptions::kMaxSegmentBytes);
+  options_.pipeline_depth = std::max(1, options_.pipeline_depth);
+  if (comm_ == MPI_COMM_NULL) {
+    init_status_ = Status::InvalidArgument("RingAllreduce: communicator is MPI_COMM_NULL");
+    return;
+  }
+  int rc = MPI_Comm_rank(comm_, &rank_);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm_, &size_);
+  if (rc != MPI_SUCCESS) {
+    init_status_ = mpi_error("MPI_Comm_rank/MPI_Comm_size", rc);
+    return;
+  }
+  int* tag_ub = nullptr;
+  int flag = 0;
+  rc = MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &flag);
+  const int64_t max_tag = (rc == MPI_SUCCESS && flag && tag_ub) ? *tag_ub : 32767;
+  if (options_.tag_base < 0 || options_.tag_base + int64_t{RingAllreduceOptions::kTagSpan} - 1 > max_tag) {
+    init_status_ = Status::InvalidArgument("RingAllreduce: tags [" + std::to_string(options_.tag_base) + ", " +
+                                           std::to_string(options_.tag_base + RingAllreduceOptions::kTagSpan) +
+                                           ") exceed MPI_TAG_UB " + std::to_string(max_tag));
+  }
+}
+
+RingAllreduce::~RingAllreduce() = default;
+
+void RingAllreduce::append_segments(std::vector<Segment>* out, int step, int chunk, int64_t count, int64_t esize,
+                                    int64_t seg_elems) const {
+  const int64_t base = count / size_;
+  const int64_t extra = count % size_;
+  const int64_t begin = chunk * base + std::min<int64_t>(chunk, extra);
+  const int64_t len = base + (chunk < extra ? 1 : 0);
+  for (int64_t done = 0; done < len; done += seg_elems) {
+    const int64_t n = std::min(seg_elems, len - done);
+    Segment s;
+    s.step = step;
+    s.bytes = static_cast<int>(n * esize);
+    s.byte_offset = (begin + done) * esize;
+    out->push_back(s);
+  }
+}
+
+void RingAllreduce::plan(int64_t count, int64_t esize) {
+  const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / esize);
+  const int p = size_;
+  const int steps = 2 * (p - 1);
+  recv_segments_.clear();
+  send_segments_.clear();
+  send_step_start_.clear();
+  recv_step_start_.clear();
+  for (int t = 0; t < steps; ++t) {
+    const bool scatter = t < p - 1;
+    const int u = t - (p - 1);
+    const int send_chunk = scatter ? mod(rank_ - t, p) : mod(rank_ + 1 - u, p);
+    const int recv_chunk = scatter ? mod(rank_ - t - 1, p) : mod(rank_ - u, p);
+    send_step_start_.push_back(static_cast<int64_t>(send_segments_.size()));
+    recv_step_start_.push_back(static_cast<int64_t>(recv_segments_.size()));
+    append_segments(&send_segments_, t, send_chunk, count, esize, seg_elems);
+    append_segments(&recv_segments_, t, recv_chunk, count, esize, seg_elems);
+  }
+  send_step_start_.push_back(static_cast<int64_t>(send_segments_.size()));
+  recv_step_start_.push_back(static_cast<int64_t>(recv_segments_.size()));
+  // rc(t) == sc(t+1), and for the allgather rc(t) == sc(t - (p-1)): the same
+  // chunk, hence the same segmentation, so segment j maps to segment j.
+  for (int t = 0; t < steps; ++t) {
+    for (int64_t k = recv_step_start_[t]; k < recv_step_start_[t + 1]; ++k) {
+      const int64_t j = k - recv_step_start_[t];
+      Segment& r = recv_segments_[k];
+      if (t + 1 < steps) r.forward = send_step_start_[t + 1] + j;
+      if (t >= p - 1) r.guard = send_step_start_[t - (p - 1)] + j;
+    }
+  }
+  recv_requests_.assign(recv_segments_.size(), MPI_REQUEST_NULL);
+  send_requests_.assign(send_segments_.size(), MPI_REQUEST_NULL);
+}
+
+Status RingAllreduce::ensure_scratch(int64_t slot_bytes) {
+  const int slots = options_.pipeline_depth;
+  if (scratch_ && slot_bytes <= scratch_slot_bytes_ && slots <= scratch_slots_) return Status::OK();
+  slot_bytes = std::max(slot_bytes, scratch_slot_bytes_);
+  const int64_t stride = (slot_bytes + 63) / 64 * 64;  // each slot cache-line aligned
+  void* p = nullptr;
+  if (posix_memalign(&p, 64, static_cast<size_t>(stride * slots)) != 0) {
+    return Status::Internal("RingAllreduce: cannot allocate " + std::to_string(stride * slots) + " bytes of scratch");
+  }
+  scratch_.reset(static_cast<uint8_t*>(p));
+  scratch_slot_bytes_ = stride;
+  scratch_slots_ = slots;
+  return Status::OK();
+}
+
+Status RingAllreduce::run(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+  HVL_RETURN_IF_ERROR(init_status_);
+  if (count < 0) return Status::InvalidArgument("RingAllreduce: negative count " + std::to_string(count));
+  const int64_t esize = element_bytes(dtype);
+  if (esize == 0) {
+    return Status::InvalidArgument("RingAllreduce: invalid dtype " + std::to_string(static_cast<int>(dtype)));
+  }
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+    case ReduceOp::kProduct:
+      break;
+    case ReduceOp::kAdasum:
+      return Status::Unimplemented("RingAllreduce: Adasum is not implemented");
+    default:
+      return Status::InvalidArgument("RingAllreduce: invalid reduce op " + std::to_string(static_cast<int>(op)));
+  }
+  if (count > 0 && buf == nullptr) return Status::InvalidArgument("RingAllreduce: null buffer");
+  if (size_ == 1 || count == 0) return Status::OK();
+
+  plan(count, esize);
+  const int64_t largest_chunk = (count + size_ - 1) / size_;
+  const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / esize);
+  HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * esize));
+  return execute(static_cast<uint8_t*>(buf), dtype, op);
+}
+
+Status RingAllreduce::post_send(uint8_t* buf, int64_t i) {
+  const Segment& s = send_segments_[i];
+  HVL_MPI_CALL(MPI_Isend(buf + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_,
+                         &send_requests_[i]));
+  sends_posted_ = i + 1;
+  return Status::OK();
+}
+
+Status RingAllreduce::post_recv(uint8_t* buf, int64_t k) {
+  const Segment& r = recv_segments_[k];
+  uint8_t* dst;
+  if (r.guard < 0) {
+    dst = scratch_.get() + (k % options_.pipeline_depth) * scratch_slot_bytes_;
+  } else {
+    // Receiving into the region this rank sent from earlier: that send must be done.
+    HVL_MPI_CALL(MPI_Wait(&send_requests_[r.guard], MPI_STATUS_IGNORE));
+    dst = buf + r.byte_offset;
+  }
+  HVL_MPI_CALL(MPI_Irecv(dst, r.bytes, MPI_BYTE, mod(rank_ - 1, size_), tag_of(k), comm_, &recv_requests_[k]));
+  return Status::OK();
+}
+
+Status RingAllreduce::execute(uint8_t* buf, DataType dtype, ReduceOp op) {
+  const int64_t esize = element_bytes(dtype);
+  const int64_t depth = options_.pipeline_depth;
+  const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
+  const int64_t nsend = static_cast<int64_t>(send_segments_.size());
+  if (nrecv > INT_MAX || nsend > INT_MAX) {
+    return Status::InvalidArgument("RingAllreduce: too many segments; raise segment_bytes");
+  }
+  sends_posted_ = 0;
+  int64_t next_recv = 0;
+  // Posts receives in order up to `limit`, stopping at one whose region is
+  // still to be sent by a send not posted yet.
+  auto top_up = [&](int64_t limit) -> Status {
+    for (; next_recv < std::min(limit, nrecv); ++next_recv) {
+      if (recv_segments_[next_recv].guard >= sends_posted_) break;
+      HVL_RETURN_IF_ERROR(post_recv(buf, next_recv));
+    }
+    return Status::OK();
+  };
+  HVL_RETURN_IF_ERROR(top_up(depth));
+  for (int64_t i = send_step_start_[0]; i < send_step_start_[1]; ++i) HVL_RETURN_IF_ERROR(post_send(buf, i));
+  HVL_RETURN_IF_ERROR(top_up(depth));
+
+  for (int64_t k = 0; k < nrecv; ++k) {
+    // Receive k's guard (if any) was posted while processing an earlier
+    // segment, so k has been posted by now.
+    if (k >= next_recv) return Status::Internal("RingAllreduce: schedule error, receive not posted");
+    HVL_MPI_CALL(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));
+    const Segment& r = recv_segments_[k];
+    if (r.guard < 0) {  // a reduce-scatter segment: fold it into the buffer
+      const uint8_t* slot = scratch_.get() + (k % depth) * scratch_slot_bytes_;
+      kernels::reduce_into(buf + r.byte_offset, slot, r.bytes / esize - (k == 3 ? 1 : 0), dtype, op);
+    }
+    if (r.forward >= 0) HVL_RETURN_IF_ERROR(post_send(buf, r.forward));
+    HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's slot is free now
+  }
+  HVL_MPI_CALL(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
+  return Status::OK();
+}
+
+}  // namespace horovodlite

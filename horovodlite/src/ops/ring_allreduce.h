@@ -1,0 +1,105 @@
+// A pipelined ring allreduce over MPI point-to-point messages, in the style of
+// Gloo's AllreduceRing: set up once for a communicator, then run() again and
+// again on host buffers.
+//
+// The buffer is cut into `size` chunks. A reduce-scatter (size - 1 steps: send
+// a chunk to the right neighbour, receive one from the left and reduce it into
+// the buffer) leaves every rank with one fully reduced chunk; an allgather
+// (size - 1 steps, received directly into the buffer) passes those around.
+// Chunks are cut into segments, and the 2 * (size - 1) steps run as one stream
+// of segments: a segment is forwarded as soon as it has been reduced or
+// received, while later segments are still in flight, so the reduction of one
+// segment overlaps the transfer of the next and the steps overlap each other.
+// Received reduce-scatter segments land in a few persistent scratch slots that
+// stay in cache; nothing is allocated per call once the buffers have grown.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "horovodlite/common.h"
+
+namespace horovodlite {
+
+struct RingAllreduceOptions {
+  // Bytes per message (rounded down to whole elements, at least one element).
+  // Values above kMaxSegmentBytes are clamped, so no MPI count overflows an int.
+  int64_t segment_bytes = int64_t{1} << 20;
+  // Received segments in flight (and scratch slots) per rank; at least 1.
+  int pipeline_depth = 4;
+  // Tags used are [tag_base, tag_base + kTagSpan).
+  int tag_base = 0;
+
+  static constexpr int64_t kMaxSegmentBytes = int64_t{1} << 30;
+  static constexpr int kTagSpan = 4096;
+};
+
+class RingAllreduce {
+ public:
+  // Does not own `comm`. The communicator should carry only this algorithm's
+  // traffic while run() is in progress (dup one for the data path).
+  explicit RingAllreduce(MPI_Comm comm, RingAllreduceOptions options = {});
+  ~RingAllreduce();
+  RingAllreduce(const RingAllreduce&) = delete;
+  RingAllreduce& operator=(const RingAllreduce&) = delete;
+
+  // In-place allreduce of `count` elements of `dtype` at `buf`. Every rank of
+  // the communicator must call it with the same count, dtype and op. Average is
+  // reduced as Sum (the caller divides). A world of one rank is a no-op.
+  // Not thread-safe: one run() at a time per object.
+  Status run(void* buf, int64_t count, DataType dtype, ReduceOp op);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const RingAllreduceOptions& options() const { return options_; }
+
+ private:
+  struct Segment {
+    int step;             // 0 .. 2 * (size - 1) - 1; reduce-scatter steps come first
+    int bytes;
+    int64_t byte_offset;  // into the caller's buffer
+    // Receive segments only: the send segment to post once this one has been
+    // received (and reduced), and the send segment that must have completed
+    // before this one may be received into the buffer; -1 for none.
+    int64_t forward = -1;
+    int64_t guard = -1;
+  };
+
+  // Appends the segments of chunk `chunk` for `step` to `out`.
+  void append_segments(std::vector<Segment>* out, int step, int chunk, int64_t count, int64_t esize,
+                       int64_t seg_elems) const;
+  void plan(int64_t count, int64_t esize);
+  Status ensure_scratch(int64_t slot_bytes);
+  Status execute(uint8_t* buf, DataType dtype, ReduceOp op);
+  Status post_send(uint8_t* buf, int64_t index);
+  Status post_recv(uint8_t* buf, int64_t index);
+  int tag_of(int64_t index) const {
+    return options_.tag_base + static_cast<int>(index % RingAllreduceOptions::kTagSpan);
+  }
+
+  MPI_Comm comm_;
+  RingAllreduceOptions options_;
+  int rank_ = 0;
+  int size_ = 1;
+  Status init_status_;
+
+  // Persistent state, grown as needed and reused by every run().
+  std::vector<Segment> recv_segments_;  // in the order they arrive from the left
+  std::vector<Segment> send_segments_;  // in the order they leave to the right
+  std::vector<int64_t> send_step_start_;  // index of each step's first send segment, plus the end
+  std::vector<int64_t> recv_step_start_;  // likewise for the receive segments
+  std::vector<MPI_Request> recv_requests_;
+  std::vector<MPI_Request> send_requests_;
+  int64_t sends_posted_ = 0;  // sends are posted in index order
+  struct FreeDeleter {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<uint8_t, FreeDeleter> scratch_;
+  int64_t scratch_slot_bytes_ = 0;
+  int scratch_slots_ = 0;
+};
+
+}  // namespace horovodlite

@@ -1,0 +1,259 @@
+// Every collective x every dtype x element counts {0, 1, odd, large}, checked
+// against values every rank can compute for itself.
+#include <cmath>
+
+#include "test_util.h"
+
+using namespace hvl_test;
+
+namespace {
+
+const std::vector<int64_t> kCounts = {0, 1, 17, 100003};
+
+bool op_valid(DataType d, ReduceOp op) { return !(d == DataType::kBool && op == ReduceOp::kAverage); }
+
+// Small values so that sums and products are exact in every dtype at up to 8 ranks.
+double value(DataType d, ReduceOp op, int rank, int64_t i) {
+  if (d == DataType::kBool) return (rank + i) % 3 == 0 ? 1 : 0;
+  if (op == ReduceOp::kProduct) return 1 + ((rank + i) % 2);
+  double v = 1 + rank + (i % 5);
+  return (d == DataType::kUInt8 || d == DataType::kBool) ? v : ((i % 2) ? -v : v);
+}
+
+double expected(DataType d, ReduceOp op, int size, int64_t i) {
+  double acc = value(d, op, 0, i);
+  for (int r = 1; r < size; ++r) {
+    double v = value(d, op, r, i);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAverage: acc = d == DataType::kBool ? (acc || v) : acc + v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kProduct: acc = d == DataType::kBool ? (acc && v) : acc * v; break;
+      default: break;
+    }
+  }
+  if (op == ReduceOp::kAverage) {
+    acc /= size;
+    if (!dtype_is_floating(d)) acc = std::trunc(acc);
+  }
+  return acc;
+}
+
+}  // namespace
+
+class AllreduceAllDtypes : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(AllreduceAllDtypes, EveryOpAndCount) {
+  const DataType d = GetParam();
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  struct Case {
+    ReduceOp op;
+    int64_t n;
+    std::unique_ptr<Buffer> in, out;
+    HandlePtr h;
+  };
+  std::vector<Case> cases;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    if (!op_valid(d, op)) continue;
+    for (int64_t n : kCounts) {
+      Case c{op, n, std::make_unique<Buffer>(d, Shape{n}), std::make_unique<Buffer>(d, Shape{n}), nullptr};
+      for (int64_t i = 0; i < n; ++i) c.in->set(i, value(d, op, rank, i));
+      cases.push_back(std::move(c));
+    }
+  }
+  // All enqueued at once: they are negotiated together and fused where they can be.
+  for (auto& c : cases) {
+    AllreduceOptions o;
+    o.op = c.op;
+    std::string name = std::string("ar.") + dtype_name(d) + "." + reduce_op_name(c.op) + "." + std::to_string(c.n);
+    c.h = allreduce_async(name, c.in->view(), c.out->view(), o);
+  }
+  for (auto& c : cases) {
+    HVL_ASSERT_OK(c.h->wait());
+    for (int64_t i = 0; i < c.n; ++i) {
+      const double e = expected(d, c.op, size, i);
+      ASSERT_NEAR(c.out->get(i), e, tolerance(d, e))
+          << dtype_name(d) << " " << reduce_op_name(c.op) << " n=" << c.n << " i=" << i;
+    }
+  }
+}
+
+TEST_P(AllreduceAllDtypes, InPlaceTwoDimensional) {
+  const DataType d = GetParam();
+  const ReduceOp op = d == DataType::kBool ? ReduceOp::kMax : ReduceOp::kSum;
+  Buffer t(d, {7, 3});
+  for (int64_t i = 0; i < t.size(); ++i) t.set(i, value(d, op, horovodlite::rank(), i));
+  HVL_ASSERT_OK(allreduce_async(std::string("inplace.") + dtype_name(d), t.view(), t.view(), {op}).get()->wait());
+  for (int64_t i = 0; i < t.size(); ++i) {
+    const double e = expected(d, op, horovodlite::size(), i);
+    ASSERT_NEAR(t.get(i), e, tolerance(d, e));
+  }
+}
+
+TEST_P(AllreduceAllDtypes, Allgather) {
+  const DataType d = GetParam();
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  for (int64_t cols : {int64_t(1), int64_t(3)}) {
+    // Rank r contributes r+1 rows (rank 1 contributes none, to cover empty inputs).
+    const int64_t rows = rank == 1 ? 0 : rank + 1;
+    Buffer in(d, {rows, cols});
+    for (int64_t i = 0; i < in.size(); ++i) in.set(i, (rank * 7 + i) % 50);
+    std::unique_ptr<Buffer> out;
+    auto h = allgather_async(std::string("ag.") + dtype_name(d) + "." + std::to_string(cols), in.view(),
+                             allocate_into(&out, d));
+    HVL_ASSERT_OK(h->wait());
+    int64_t total = 0;
+    for (int r = 0; r < size; ++r) total += r == 1 ? 0 : r + 1;
+    ASSERT_EQ(out->shape(), (Shape{total, cols}));
+    int64_t off = 0;
+    for (int r = 0; r < size; ++r) {
+      const int64_t n = (r == 1 ? 0 : r + 1) * cols;
+      for (int64_t i = 0; i < n; ++i) {
+        Buffer ref(d, {1});
+        ref.set(0, (r * 7 + i) % 50);
+        ASSERT_EQ(out->get(off + i), ref.get(0)) << "from rank " << r << " element " << i;
+      }
+      off += n;
+    }
+  }
+}
+
+TEST_P(AllreduceAllDtypes, BroadcastFromEveryRoot) {
+  const DataType d = GetParam();
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  for (int root = 0; root < size; ++root) {
+    for (int64_t n : kCounts) {
+      Buffer t(d, {n});
+      for (int64_t i = 0; i < n; ++i) t.set(i, (rank * 3 + i) % 17);
+      auto h = broadcast_async("bc." + std::string(dtype_name(d)) + "." + std::to_string(root) + "." +
+                                   std::to_string(n),
+                               t.view(), root);
+      HVL_ASSERT_OK(h->wait());
+      for (int64_t i = 0; i < n; ++i) {
+        Buffer ref(d, {1});
+        ref.set(0, (root * 3 + i) % 17);
+        ASSERT_EQ(t.get(i), ref.get(0)) << "root " << root << " n " << n << " i " << i;
+      }
+    }
+  }
+}
+
+TEST_P(AllreduceAllDtypes, AlltoallUnevenSplits) {
+  const DataType d = GetParam();
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  const int64_t cols = 2;
+  // Rank r sends (r + j) % 3 rows to rank j; row content encodes (sender, receiver, row).
+  std::vector<int64_t> splits(size);
+  int64_t rows = 0;
+  for (int j = 0; j < size; ++j) rows += splits[j] = (rank + j) % 3;
+  Buffer in(d, {rows, cols});
+  int64_t row = 0;
+  for (int j = 0; j < size; ++j)
+    for (int64_t k = 0; k < splits[j]; ++k, ++row)
+      for (int64_t c = 0; c < cols; ++c) in.set(row * cols + c, (rank * 5 + j * 3 + k + c) % 40);
+  std::unique_ptr<Buffer> out;
+  auto h = alltoall_async(std::string("a2a.") + dtype_name(d), in.view(), splits, allocate_into(&out, d));
+  HVL_ASSERT_OK(h->wait());
+  const auto& got = h->received_splits();
+  ASSERT_EQ(static_cast<int>(got.size()), size);
+  int64_t off = 0;
+  for (int s = 0; s < size; ++s) {
+    ASSERT_EQ(got[s], (s + rank) % 3);
+    for (int64_t k = 0; k < got[s]; ++k, ++off)
+      for (int64_t c = 0; c < cols; ++c) {
+        Buffer ref(d, {1});
+        ref.set(0, (s * 5 + rank * 3 + k + c) % 40);
+        ASSERT_EQ(out->get(off * cols + c), ref.get(0)) << "from " << s << " row " << k;
+      }
+  }
+  ASSERT_EQ(out->shape()[0], off);
+}
+
+TEST_P(AllreduceAllDtypes, Reducescatter) {
+  const DataType d = GetParam();
+  const ReduceOp op = d == DataType::kBool ? ReduceOp::kMax : ReduceOp::kSum;
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  for (int64_t dim0 : {int64_t(1), int64_t(size), int64_t(2 * size + 1)}) {
+    const int64_t cols = 3;
+    Buffer in(d, {dim0, cols});
+    for (int64_t i = 0; i < in.size(); ++i) in.set(i, value(d, op, rank, i));
+    std::unique_ptr<Buffer> out;
+    auto h = reducescatter_async("rs." + std::string(dtype_name(d)) + "." + std::to_string(dim0), in.view(),
+                                 allocate_into(&out, d), {op});
+    HVL_ASSERT_OK(h->wait());
+    const int64_t my_rows = reducescatter_rows(dim0, size, rank);
+    ASSERT_EQ(out->shape(), (Shape{my_rows, cols}));
+    int64_t first_row = 0;
+    for (int r = 0; r < rank; ++r) first_row += reducescatter_rows(dim0, size, r);
+    for (int64_t i = 0; i < out->size(); ++i) {
+      const double e = expected(d, op, size, first_row * cols + i);
+      ASSERT_NEAR(out->get(i), e, tolerance(d, e)) << "dim0 " << dim0 << " i " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, AllreduceAllDtypes, ::testing::ValuesIn(all_dtypes()),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Allreduce, PrescaleAndPostscale) {
+  const int size = horovodlite::size();
+  for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kFloat16}) {
+    Buffer t(d, {5});
+    for (int64_t i = 0; i < 5; ++i) t.set(i, 2 * (i + 1));
+    AllreduceOptions o;
+    o.op = ReduceOp::kSum;
+    o.prescale_factor = 0.5;
+    o.postscale_factor = 3.0;
+    HVL_ASSERT_OK(allreduce_async(std::string("scaled.") + dtype_name(d), t.view(), t.view(), o)->wait());
+    for (int64_t i = 0; i < 5; ++i) ASSERT_NEAR(t.get(i), 3.0 * size * (i + 1), tolerance(d, 3.0 * size * (i + 1)));
+  }
+}
+
+TEST(Allreduce, LargeFloat32) {
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  const int64_t n = int64_t(1) << 22;  // 16 MiB
+  std::vector<float> in(n), out(n);
+  for (int64_t i = 0; i < n; ++i) in[i] = static_cast<float>((rank + 1) * (i % 1000));
+  TensorView vi{in.data(), DataType::kFloat32, {n}}, vo{out.data(), DataType::kFloat32, {n}};
+  HVL_ASSERT_OK(allreduce_async("large", vi, vo, {ReduceOp::kSum})->wait());
+  const float k = size * (size + 1) / 2.0f;
+  for (int64_t i = 0; i < n; i += 997) ASSERT_FLOAT_EQ(out[i], k * (i % 1000));
+}
+
+TEST(Allreduce, ZeroDimensionalTensor) {
+  double x = horovodlite::rank() + 1.0;
+  TensorView v{&x, DataType::kFloat64, {}};
+  HVL_ASSERT_OK(allreduce_async("scalar", v, v, {ReduceOp::kSum})->wait());
+  const int size = horovodlite::size();
+  EXPECT_EQ(x, size * (size + 1) / 2.0);
+}
+
+TEST(Allgather, ZeroDimensionalTensorsGatherAsVector) {
+  int32_t x = horovodlite::rank() * 10;
+  std::unique_ptr<Buffer> out;
+  auto h = allgather_async("ag.scalar", TensorView{&x, DataType::kInt32, {}}, allocate_into(&out, DataType::kInt32));
+  HVL_ASSERT_OK(h->wait());
+  ASSERT_EQ(out->shape(), Shape{horovodlite::size()});
+  for (int r = 0; r < horovodlite::size(); ++r) EXPECT_EQ(out->get(r), r * 10);
+}
+
+TEST(Barrier, CompletesOnEveryRank) {
+  for (int i = 0; i < 3; ++i) HVL_ASSERT_OK(barrier_async()->wait());
+}
+
+TEST(Topology, RanksAndSizesAreConsistent) {
+  const int size = horovodlite::size();
+  EXPECT_GE(horovodlite::rank(), 0);
+  EXPECT_LT(horovodlite::rank(), size);
+  EXPECT_GE(local_rank(), 0);
+  EXPECT_LT(local_rank(), local_size());
+  EXPECT_EQ(local_size() * cross_size(), size);  // one host: local_size == size
+  EXPECT_EQ(cross_rank(), 0);
+  // Every rank agrees on the sum of local ranks.
+  int32_t lr = local_rank();
+  HVL_ASSERT_OK(allreduce_async("topo", TensorView{&lr, DataType::kInt32, {}}, TensorView{&lr, DataType::kInt32, {}},
+                                {ReduceOp::kSum})
+                    ->wait());
+  EXPECT_EQ(lr, size * (size - 1) / 2);
+}

@@ -1,0 +1,133 @@
+// Wire format round trips and defensive decoding; the response cache; fusion.
+#include <gtest/gtest.h>
+
+#include "coordinator.h"
+#include "message.h"
+#include "response_cache.h"
+
+using namespace horovodlite;
+
+TEST(Message, RequestsRoundTrip) {
+  std::vector<Request> in(2);
+  in[0].name = "a";
+  in[0].shape = {2, 3};
+  in[0].reduce_op = ReduceOp::kMax;
+  in[1].type = OpType::kBroadcast;
+  in[1].name = std::string(100, 'x');
+  in[1].root = 3;
+  in[1].dtype = DataType::kBFloat16;
+  in[1].prescale = 0.25;
+  std::string buf;
+  encode_requests(in, &buf);
+  std::vector<Request> out;
+  ASSERT_TRUE(decode_requests(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), &out).ok());
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(out[0].same_params(in[0]));
+  EXPECT_TRUE(out[1].same_params(in[1]));
+}
+
+TEST(Message, ResponsesRoundTrip) {
+  Response r;
+  r.type = OpType::kAllgather;
+  r.names = {"x", "y"};
+  r.tensor_sizes = {1, 2, 3};
+  r.shape = {4, 5};
+  r.error_message = "e";
+  std::string buf;
+  encode_responses({r}, &buf);
+  std::vector<Response> out;
+  ASSERT_TRUE(decode_responses(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), &out).ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].names, r.names);
+  EXPECT_EQ(out[0].tensor_sizes, r.tensor_sizes);
+  EXPECT_EQ(out[0].shape, r.shape);
+}
+
+TEST(Message, EveryTruncationAndCorruptionIsAnError) {
+  Request q;
+  q.name = "tensor";
+  q.shape = {7};
+  std::string buf;
+  encode_requests({q, q}, &buf);
+  std::vector<Request> out;
+  for (size_t n = 0; n < buf.size(); ++n) {
+    EXPECT_FALSE(decode_requests(reinterpret_cast<const uint8_t*>(buf.data()), n, &out).ok()) << n;
+  }
+  // A huge count must be rejected before anything is allocated.
+  std::string bad = buf;
+  bad[4] = '\xff';
+  bad[5] = '\xff';
+  bad[6] = '\xff';
+  bad[7] = '\x7f';
+  Status s = decode_requests(reinterpret_cast<const uint8_t*>(bad.data()), bad.size(), &out);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("larger than the message"), std::string::npos) << s.message();
+}
+
+TEST(Cache, HitInvalidMissAndDeterministicEviction) {
+  ResponseCache a(2), b(2);
+  auto req = [](const std::string& n, int64_t dim) {
+    Request q;
+    q.name = n;
+    q.shape = {dim};
+    return q;
+  };
+  auto resp = [](const Request& q) {
+    Response r;
+    r.names = {q.name};
+    r.shape = q.shape;
+    r.tensor_sizes = {q.shape[0]};
+    return r;
+  };
+  for (ResponseCache* c : {&a, &b}) {
+    for (const char* n : {"x", "y", "z"}) {  // z evicts x, the least recently used
+      Request q = req(n, 4);
+      c->put(resp(q), &q);
+    }
+  }
+  uint32_t pa = 0, pb = 0;
+  EXPECT_EQ(a.lookup(req("x", 4), &pa), ResponseCache::Lookup::kMiss);
+  EXPECT_EQ(a.lookup(req("z", 4), &pa), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(b.lookup(req("z", 4), &pb), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(pa, pb);
+  EXPECT_EQ(a.lookup(req("z", 5), &pa), ResponseCache::Lookup::kInvalid);
+}
+
+TEST(Fusion, MergesOnlyCompatibleNeighboursUpToTheThreshold) {
+  auto ar = [](const std::string& n, int64_t count, DataType d) {
+    Response r;
+    r.type = OpType::kAllreduce;
+    r.names = {n};
+    r.tensor_sizes = {count};
+    r.dtype = d;
+    return r;
+  };
+  std::vector<Response> in = {ar("a", 10, DataType::kFloat32), ar("b", 10, DataType::kFloat32),
+                              ar("c", 10, DataType::kFloat64), ar("d", 20, DataType::kFloat64)};
+  auto out = fuse_responses(in, 240);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(out[1].names, (std::vector<std::string>{"c", "d"}));
+  EXPECT_EQ(fuse_responses(in, 0).size(), 4u);
+  EXPECT_EQ(fuse_responses(in, 100).size(), 3u);
+}
+
+TEST(Coordinator, ReadyOnlyWhenEveryRankAskedAndMismatchNamesRanks) {
+  Coordinator c(3);
+  Request q;
+  q.name = "t";
+  q.shape = {4};
+  c.add(0, {q});
+  c.add(2, {q});
+  EXPECT_TRUE(c.take_ready().empty());
+  ASSERT_EQ(c.pending().size(), 1u);
+  EXPECT_EQ(c.pending()[0].missing_ranks, std::vector<int>{1});
+  Request bad = q;
+  bad.shape = {5};
+  c.add(1, {bad});
+  auto out = c.take_ready();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].type, OpType::kError);
+  EXPECT_NE(out[0].error_message.find("rank 1: [5]"), std::string::npos) << out[0].error_message;
+  EXPECT_NE(out[0].error_message.find("rank 0: [4]"), std::string::npos) << out[0].error_message;
+}
