@@ -166,6 +166,9 @@ HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, c
   e->request.reduce_op = options.op;
   e->request.prescale = options.prescale_factor;
   e->request.postscale = options.postscale_factor;
+  // Only floating-point tensors wider than fp16 are compressed; others travel as they are.
+  const bool compressible = input.dtype == DataType::kFloat32 || input.dtype == DataType::kFloat64;
+  e->request.compression = compressible ? options.compression : Compression::kNone;
   return submit(std::move(e));
 }
 

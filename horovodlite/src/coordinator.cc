@@ -172,6 +172,9 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
     if (mismatch("prescale factors", [](const Request& q) { return fmt_double(q.prescale); },
                  [&](const Request& q) { return q.prescale != q0.prescale; }))
       return err;
+    if (mismatch("compression", [](const Request& q) { return std::string(q.compression == Compression::kFp16 ? "fp16" : "none"); },
+                 [&](const Request& q) { return q.compression != q0.compression; }))
+      return err;
     if (mismatch("postscale factors", [](const Request& q) { return fmt_double(q.postscale); },
                  [&](const Request& q) { return q.postscale != q0.postscale; }))
       return err;
@@ -195,6 +198,7 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
   s.reduce_op = q0.reduce_op;
   s.prescale = q0.prescale;
   s.postscale = q0.postscale;
+  s.compression = q0.compression;
   s.root = q0.root;
   s.shape = q0.shape;
   if (q0.type == OpType::kAllgather) {
@@ -221,7 +225,8 @@ std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t th
     if (!out.empty() && threshold_bytes > 0 && r.type == OpType::kAllreduce) {
       Response& b = out.back();
       if (b.type == OpType::kAllreduce && b.dtype == r.dtype && b.device == r.device && b.reduce_op == r.reduce_op &&
-          b.prescale == r.prescale && b.postscale == r.postscale && back_bytes + bytes <= threshold_bytes) {
+          b.prescale == r.prescale && b.postscale == r.postscale && b.compression == r.compression &&
+          back_bytes + bytes <= threshold_bytes) {
         b.names.insert(b.names.end(), r.names.begin(), r.names.end());
         b.tensor_sizes.insert(b.tensor_sizes.end(), r.tensor_sizes.begin(), r.tensor_sizes.end());
         back_bytes += bytes;

@@ -47,6 +47,32 @@ double effective_postscale(const Response& r, int size) {
 
 ReduceOp effective_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
+// src (float32 or float64) * factor -> fp16. Scaling happens before the
+// conversion, so that a predivide factor can keep large values within fp16 range.
+void to_half(uint16_t* dst, const void* src, int64_t n, DataType dtype, double factor) {
+  if (factor == 1.0) {
+    if (dtype == DataType::kFloat32) kernels::float_to_half_n(dst, static_cast<const float*>(src), n);
+    else kernels::double_to_half_n(dst, static_cast<const double*>(src), n);
+    return;
+  }
+  constexpr int64_t kChunk = 2048;
+  double scratch[kChunk];
+  const size_t elem = dtype_size(dtype);
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    kernels::scale_copy(scratch, static_cast<const char*>(src) + i * elem, m, dtype, factor);
+    if (dtype == DataType::kFloat32) kernels::float_to_half_n(dst + i, reinterpret_cast<const float*>(scratch), m);
+    else kernels::double_to_half_n(dst + i, scratch, m);
+  }
+}
+
+// fp16 -> dst (float32 or float64), then * factor in the destination precision.
+void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double factor) {
+  if (dtype == DataType::kFloat32) kernels::half_to_float_n(static_cast<float*>(dst), src, n);
+  else kernels::half_to_double_n(static_cast<double*>(dst), src, n);
+  if (factor != 1.0) kernels::scale(dst, n, dtype, factor);
+}
+
 }  // namespace
 
 Executor::Executor(MpiContext& mpi, const Config& config)
@@ -81,6 +107,9 @@ Status Executor::execute(const Response& r, const std::vector<TensorEntry*>& ent
 }
 
 Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
+  if (r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64)) {
+    return allreduce_fp16(r, entries);
+  }
   const size_t elem = dtype_size(r.dtype);
   const int64_t total = std::accumulate(r.tensor_sizes.begin(), r.tensor_sizes.end(), int64_t(0));
   const double pre = r.prescale;
@@ -123,6 +152,34 @@ Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& e
     const int64_t n = r.tensor_sizes[i];
     if (entries[i] != nullptr) {
       kernels::scale_copy(entries[i]->output.data, buf + off * elem, n, r.dtype, post);
+      entries[i]->handle->set_output(entries[i]->output);
+    }
+    off += n;
+  }
+  return Status::OK();
+}
+
+Status Executor::allreduce_fp16(const Response& r, const std::vector<TensorEntry*>& entries) {
+  const int64_t total = std::accumulate(r.tensor_sizes.begin(), r.tensor_sizes.end(), int64_t(0));
+  const ReduceOp op = effective_op(r.reduce_op);
+  uint16_t* wire = static_cast<uint16_t*>(fusion_.get(std::max<size_t>(total * 2, 1)));
+  if (wire == nullptr) return Status::Internal("out of memory allocating an fp16 fusion buffer");
+  HostAllreduce& impl = choose(DataType::kFloat16, op, total * 2);
+  last_algorithm_ = impl.name();
+  int64_t off = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int64_t n = r.tensor_sizes[i];
+    if (entries[i] != nullptr) to_half(wire + off, entries[i]->input.data, n, r.dtype, r.prescale);
+    else std::memset(wire + off, 0, n * 2);  // a joined rank contributes zeros
+    off += n;
+  }
+  HVL_RETURN_IF_ERROR(impl.run(wire, total, DataType::kFloat16, op));
+  const double post = effective_postscale(r, mpi_.size());
+  off = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int64_t n = r.tensor_sizes[i];
+    if (entries[i] != nullptr) {
+      from_half(entries[i]->output.data, wire + off, n, r.dtype, post);
       entries[i]->handle->set_output(entries[i]->output);
     }
     off += n;

@@ -27,6 +27,7 @@ class Executor {
 
  private:
   Status allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
+  Status allreduce_fp16(const Response& r, const std::vector<TensorEntry*>& entries);
   Status allgather(const Response& r, TensorEntry& e);
   Status broadcast(const Response& r, TensorEntry& e);
   Status alltoall(const Response& r, TensorEntry& e);

@@ -20,7 +20,8 @@ const char* op_type_name(OpType t) {
 
 bool Request::same_params(const Request& o) const {
   return type == o.type && name == o.name && dtype == o.dtype && device == o.device && shape == o.shape &&
-         root == o.root && reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale;
+         root == o.root && reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
+         compression == o.compression;
 }
 
 namespace {
@@ -128,6 +129,7 @@ void encode_requests(const std::vector<Request>& requests, std::string* out) {
     w.pod<uint8_t>(static_cast<uint8_t>(q.reduce_op));
     w.pod<double>(q.prescale);
     w.pod<double>(q.postscale);
+    w.pod<uint8_t>(static_cast<uint8_t>(q.compression));
   }
 }
 
@@ -135,7 +137,7 @@ Status decode_requests(const uint8_t* data, size_t size, std::vector<Request>* o
   Reader r(data, size);
   HVL_RETURN_IF_ERROR(check_magic(r, kRequestMagic, "request list"));
   uint32_t n = 0;
-  constexpr size_t kMinRequestBytes = 4 + 1 + 4 + 1 + 4 + 4 + 4 + 1 + 8 + 8;
+  constexpr size_t kMinRequestBytes = 4 + 1 + 4 + 1 + 4 + 4 + 4 + 1 + 8 + 8 + 1;
   HVL_RETURN_IF_ERROR(r.count(&n, kMinRequestBytes, "requests"));
   out->clear();
   out->reserve(n);
@@ -158,6 +160,10 @@ Status decode_requests(const uint8_t* data, size_t size, std::vector<Request>* o
     HVL_RETURN_IF_ERROR(check_enum(op, static_cast<uint8_t>(ReduceOp::kAdasum), "reduce op"));
     HVL_RETURN_IF_ERROR(r.pod(&q.prescale, "prescale"));
     HVL_RETURN_IF_ERROR(r.pod(&q.postscale, "postscale"));
+    uint8_t comp = 0;
+    HVL_RETURN_IF_ERROR(r.pod(&comp, "compression"));
+    HVL_RETURN_IF_ERROR(check_enum(comp, static_cast<uint8_t>(Compression::kFp16), "compression"));
+    q.compression = static_cast<Compression>(comp);
     q.type = static_cast<OpType>(type);
     q.dtype = static_cast<DataType>(dtype);
     q.reduce_op = static_cast<ReduceOp>(op);
@@ -182,6 +188,7 @@ void encode_responses(const std::vector<Response>& responses, std::string* out) 
     w.pod<uint8_t>(static_cast<uint8_t>(s.reduce_op));
     w.pod<double>(s.prescale);
     w.pod<double>(s.postscale);
+    w.pod<uint8_t>(static_cast<uint8_t>(s.compression));
     w.pod<int32_t>(s.root);
     w.i64s(s.tensor_sizes);
     w.i64s(s.shape);
@@ -215,6 +222,10 @@ Status decode_responses(const uint8_t* data, size_t size, std::vector<Response>*
     HVL_RETURN_IF_ERROR(check_enum(op, static_cast<uint8_t>(ReduceOp::kAdasum), "reduce op"));
     HVL_RETURN_IF_ERROR(r.pod(&s.prescale, "prescale"));
     HVL_RETURN_IF_ERROR(r.pod(&s.postscale, "postscale"));
+    uint8_t comp = 0;
+    HVL_RETURN_IF_ERROR(r.pod(&comp, "compression"));
+    HVL_RETURN_IF_ERROR(check_enum(comp, static_cast<uint8_t>(Compression::kFp16), "compression"));
+    s.compression = static_cast<Compression>(comp);
     HVL_RETURN_IF_ERROR(r.pod(&s.root, "root"));
     HVL_RETURN_IF_ERROR(r.i64s(&s.tensor_sizes, 1 << 24, "tensor sizes"));
     HVL_RETURN_IF_ERROR(r.i64s(&s.shape, kMaxDims, "shape"));

@@ -35,6 +35,7 @@ struct Request {
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
+  Compression compression = Compression::kNone;
 
   // Whether a and b ask for the same op with the same parameters (the response
   // cache's test; allgather/alltoall compare all dims, as the cache keeps them).
@@ -52,6 +53,7 @@ struct Response {
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
+  Compression compression = Compression::kNone;
   int32_t root = 0;
   // allreduce: the element count of each name (so joined ranks can contribute
   // zeros and fused offsets agree everywhere). allgather: dim 0 of each rank.

@@ -257,3 +257,54 @@ TEST(Topology, RanksAndSizesAreConsistent) {
                     ->wait());
   EXPECT_EQ(lr, size * (size - 1) / 2);
 }
+
+TEST(Compression, Fp16AllreduceIsCloseForFloat32AndFloat64) {
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  for (DataType d : {DataType::kFloat32, DataType::kFloat64}) {
+    // Several tensors at once (fused on the wire as fp16) and one on its own.
+    std::vector<std::unique_ptr<Buffer>> bufs;
+    std::vector<HandlePtr> hs;
+    for (int64_t n : {int64_t(1), int64_t(33), int64_t(1000)}) {
+      bufs.push_back(std::make_unique<Buffer>(d, Shape{n}));
+      for (int64_t i = 0; i < n; ++i) bufs.back()->set(i, 0.01 * (i % 97) + 0.5 * rank);
+      AllreduceOptions o;
+      o.compression = Compression::kFp16;
+      hs.push_back(allreduce_async("fp16." + std::string(dtype_name(d)) + "." + std::to_string(n),
+                                   bufs.back()->view(), bufs.back()->view(), o));
+    }
+    for (size_t k = 0; k < hs.size(); ++k) {
+      HVL_ASSERT_OK(hs[k]->wait());
+      EXPECT_EQ(hs[k]->output().dtype, d);  // restored to the tensor's own dtype
+      for (int64_t i = 0; i < bufs[k]->size(); ++i) {
+        const double e = 0.01 * (i % 97) + 0.5 * (size - 1) / 2.0;  // the average
+        ASSERT_NEAR(bufs[k]->get(i), e, 2e-3 * std::max(1.0, e)) << dtype_name(d) << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(Compression, PredivideKeepsLargeValuesInFp16Range) {
+  // 60000 * size overflows fp16 (max 65504) unless scaled before conversion.
+  const int size = horovodlite::size();
+  std::vector<float> v(8, 60000.0f);
+  TensorView t{v.data(), DataType::kFloat32, {8}};
+  AllreduceOptions o;
+  o.op = ReduceOp::kSum;
+  o.compression = Compression::kFp16;
+  o.prescale_factor = 1.0 / 16;
+  o.postscale_factor = 16.0 / size;
+  HVL_ASSERT_OK(allreduce_async("fp16.predivide", t, t, o)->wait());
+  for (float x : v) EXPECT_NEAR(x, 60000.0f, 60.0f);
+}
+
+TEST(Compression, MismatchIsAnErrorOnEveryRank) {
+  const int rank = horovodlite::rank();
+  if (horovodlite::size() < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<float> v(4, 1.0f);
+  TensorView t{v.data(), DataType::kFloat32, {4}};
+  AllreduceOptions o;
+  o.compression = rank == 0 ? Compression::kFp16 : Compression::kNone;
+  Status s = allreduce_async("fp16.mismatch", t, t, o)->wait();
+  EXPECT_EQ(s.code(), StatusCode::kMismatch);
+  EXPECT_NE(s.message().find("Mismatched compression"), std::string::npos) << s.message();
+}

@@ -40,6 +40,12 @@ enum class ReduceOp : uint8_t {
 };
 const char* reduce_op_name(ReduceOp op);
 
+// How an allreduce travels on the wire. kFp16: float32/float64 tensors are
+// converted to IEEE fp16 while being packed, reduced in fp16 and converted back
+// while being unpacked (values beyond +-65504 become +-inf); other dtypes are sent
+// as they are.
+enum class Compression : uint8_t { kNone = 0, kFp16 = 1 };
+
 // Where a tensor lives. device < 0 is host memory, >= 0 a CUDA device ordinal.
 constexpr int kCpuDevice = -1;
 

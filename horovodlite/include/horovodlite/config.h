@@ -23,6 +23,23 @@ struct Config {
   // LOG_LEVEL: trace, debug, info, warning, error, fatal.
   LogLevel log_level = LogLevel::kWarning;
 
+  // STALL_CHECK_DISABLE (0/1, true/false, yes/no, on/off): turns the stall inspector off.
+  bool stall_check_disable = false;
+  // STALL_CHECK_TIME_SECONDS: rank 0 warns about names that some ranks submitted
+  // and others have not for longer than this (naming the tensors and the ranks).
+  double stall_check_time_s = 60.0;
+  // STALL_SHUTDOWN_TIME_SECONDS: 0 (default) never; otherwise names stalled this
+  // long fail on every rank with a stall error and horovodlite shuts down.
+  double stall_shutdown_time_s = 0.0;
+  // TIMELINE: path of a Chrome-trace JSON file written by rank 0; empty: off.
+  std::string timeline_path;
+  // TIMELINE_MARK_CYCLES (0/1): also mark the start of every busy cycle.
+  bool timeline_mark_cycles = false;
+  // PEER_TIMEOUT_SECONDS: the watchdog. When one negotiation or collective step
+  // has not completed for this long, a peer is taken as dead or hung: pending ops
+  // fail and the job is aborted (MPI_Abort). 0 disables the watchdog.
+  double peer_timeout_s = 20.0;
+
   // Reads the environment; returns InvalidArgument naming the variable and value
   // on anything malformed or out of range.
   static Status from_env(Config* out);

@@ -56,6 +56,7 @@ struct AllreduceOptions {
   ReduceOp op = ReduceOp::kAverage;
   double prescale_factor = 1.0;
   double postscale_factor = 1.0;
+  Compression compression = Compression::kNone;
 };
 
 // output may equal input (in place). Average divides the sum by size().
