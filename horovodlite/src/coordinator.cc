@@ -145,7 +145,9 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
                [&](const Request& q) { return q.dtype != q0.dtype; }))
     return err;
   if (mismatch("devices (mixed CPU/GPU placement)", [](const Request& q) { return device_string(q.device); },
-               [&](const Request& q) { return q.device != q0.device; }))
+               // Each rank may use its own GPU (cuda:0 here, cuda:1 there); what must agree is
+               // whether the tensor is in host or device memory.
+               [&](const Request& q) { return (q.device < 0) != (q0.device < 0); }))
     return err;
 
   const bool dim0_free = q0.type == OpType::kAllgather || q0.type == OpType::kAlltoall;

@@ -131,3 +131,28 @@ TEST(Coordinator, ReadyOnlyWhenEveryRankAskedAndMismatchNamesRanks) {
   EXPECT_NE(out[0].error_message.find("rank 1: [5]"), std::string::npos) << out[0].error_message;
   EXPECT_NE(out[0].error_message.find("rank 0: [4]"), std::string::npos) << out[0].error_message;
 }
+
+TEST(Coordinator, MixedCpuGpuPlacementIsAnErrorButDifferentGpusAreNot) {
+  Coordinator c(2);
+  Request q;
+  q.name = "mixed";
+  q.shape = {4};
+  Request on_gpu = q;
+  on_gpu.device = 0;
+  c.add(0, {q});
+  c.add(1, {on_gpu});
+  auto out = c.take_ready();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].type, OpType::kError);
+  EXPECT_NE(out[0].error_message.find("rank 0: CPU; rank 1: cuda:0"), std::string::npos) << out[0].error_message;
+
+  Request a = q, b = q;
+  a.name = b.name = "gpus";
+  a.device = 0;
+  b.device = 1;
+  c.add(0, {a});
+  c.add(1, {b});
+  out = c.take_ready();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].type, OpType::kAllreduce);
+}
