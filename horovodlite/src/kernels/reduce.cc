@@ -8,6 +8,10 @@
 #include "kernels/half.h"
 #include "kernels/reduce_impl.h"
 
+#if HVL_KERNELS_X86
+#include <cpuid.h>
+#endif
+
 namespace horovodlite {
 namespace kernels {
 namespace detail {
@@ -218,10 +222,20 @@ void scalar_half_to_double_n(double* dst, const uint16_t* src, int64_t count) {
 
 namespace {
 
+// CPUID: AVX, F16C and OSXSAVE in leaf 1, AVX2 in leaf 7, and the OS must
+// save the YMM state (XCR0 bits 1 and 2). (Done by hand because not every
+// compiler's __builtin_cpu_supports knows "f16c".)
 bool detect_avx2_f16c() {
 #if HVL_KERNELS_X86
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const unsigned kOsxsave = 1u << 27, kAvx = 1u << 28, kF16c = 1u << 29;
+  if ((c & (kOsxsave | kAvx | kF16c)) != (kOsxsave | kAvx | kF16c)) return false;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 6u) != 6u) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (b & (1u << 5)) != 0;  // AVX2
 #else
   return false;
 #endif

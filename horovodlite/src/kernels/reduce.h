@@ -1,6 +1,23 @@
 // Element-wise kernels for the host data path: reductions for every dtype and
 // op, scaling, and fp16/bf16 conversion. Each entry point picks an AVX2/F16C
-// implementation at run time when the CPU has one, else a portable one.
+// implementation at run time when the CPU has one, else a portable one; both
+// give bit-identical results (NaN payloads aside).
+//
+// Semantics:
+// - Pointers must be aligned to the element size (no vector alignment needed);
+//   dst and src of reduce_into must not overlap partially (dst == src is fine).
+// - Integers: Sum and Product wrap around (two's complement), never UB.
+// - Floats: Min/Max return a NaN if either side is NaN; -0.0 vs +0.0 keeps dst.
+// - float16 (IEEE binary16) and bfloat16 reduce by widening to float, applying
+//   the op in float, and rounding back to nearest even.
+// - bool (one byte, 0/1): Sum/Average/Max = logical or, Min/Product = logical
+//   and; results are always 0 or 1.
+// - Half conversions round to nearest even; finite values beyond the fp16 range
+//   (|x| >= 65520) become +-inf; NaN stays NaN (quiet, top payload bits kept);
+//   subnormal halves are produced and read exactly; -0.0 keeps its sign.
+//   double -> half rounds once (not via float). These assume the default
+//   MXCSR (no flush-to-zero / denormals-are-zero) on the vector path.
+// - bfloat16 conversion: round to nearest even, overflow to inf, NaN quiet.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +31,11 @@ namespace kernels {
 // is a postscale). bool: Sum/Max = logical or, Min/Product = logical and.
 void reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op);
 
-// buf[i] *= factor. Integers: the product is computed in double and truncated
-// toward zero. bool: unsupported (the caller rejects scaling of bool).
+// buf[i] *= factor. Integers: the product is computed in double, truncated
+// toward zero and saturated to the type's range (NaN -> 0). float32, float16
+// and bfloat16 multiply in float by (float)factor; float64 in double.
+// bool: not meant to be scaled (the caller rejects it); if asked, a nonzero
+// element stays 1 when factor != 0. factor == 1 returns at once.
 void scale(void* buf, int64_t count, DataType dtype, double factor);
 
 // dst[i] = src[i] * factor, copying (fused pack/unpack with scaling); factor 1 is a memcpy.

@@ -12,15 +12,15 @@
 // Receives are posted in order, at most pipeline_depth ahead of the one being
 // processed. Reduce-scatter segments land in scratch slot (index mod depth).
 // Allgather segments land directly in the buffer, in the region this rank sent
-// during reduce-scatter step u; that send is waited for before the receive is
-// posted (it was posted long before; the wait is for an earlier segment in the
-// global order, so it cannot deadlock).
+// during reduce-scatter step u; that send must have completed first (it is
+// tested while topping up the window, and waited for only when the receive is
+// the very next one needed: an earlier segment in the global order, so the
+// wait cannot close a cycle around the ring).
 #include "ops/ring_allreduce.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <new>
 #include <string>
 
 #include "kernels/reduce.h"
@@ -49,17 +49,20 @@ int64_t element_bytes(DataType dtype) {
   return 0;
 }
 
+// `call` is the stringified call; only the function name is reported.
 Status mpi_error(const char* call, int rc) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  return Status::Internal(std::string("RingAllreduce: ") + call + " failed: " + std::string(text, len));
+  std::string name(call);
+  name = name.substr(0, name.find('('));
+  return Status::Internal("RingAllreduce: " + name + " failed: " + std::string(text, len));
 }
 
-#define HVL_MPI_CALL(call)                                         \
-  do {                                                             \
-    const int hvl_mpi_rc_ = (call);                                \
-    if (hvl_mpi_rc_ != MPI_SUCCESS) return mpi_error(#call, hvl_mpi_rc_); \
+#define HVL_RING_MPI_CALL(call)                                                 \
+  do {                                                                          \
+    const int hvl_mpi_rc_ = (call);                                             \
+    if (hvl_mpi_rc_ != MPI_SUCCESS) return mpi_error(#call, hvl_mpi_rc_);       \
   } while (0)
 
 inline int mod(int a, int p) { return ((a % p) + p) % p; }
@@ -94,7 +97,7 @@ RingAllreduce::RingAllreduce(MPI_Comm comm, RingAllreduceOptions options) : comm
 
 RingAllreduce::~RingAllreduce() = default;
 
-void RingAllreduce::append_segments(std::vector<Segment>* out, int step, int chunk, int64_t count, int64_t esize,
+void RingAllreduce::append_segments(std::vector<Segment>* out, int chunk, int64_t count, int64_t esize,
                                     int64_t seg_elems) const {
   const int64_t base = count / size_;
   const int64_t extra = count % size_;
@@ -103,7 +106,6 @@ void RingAllreduce::append_segments(std::vector<Segment>* out, int step, int chu
   for (int64_t done = 0; done < len; done += seg_elems) {
     const int64_t n = std::min(seg_elems, len - done);
     Segment s;
-    s.step = step;
     s.bytes = static_cast<int>(n * esize);
     s.byte_offset = (begin + done) * esize;
     out->push_back(s);
@@ -125,8 +127,8 @@ void RingAllreduce::plan(int64_t count, int64_t esize) {
     const int recv_chunk = scatter ? mod(rank_ - t - 1, p) : mod(rank_ - u, p);
     send_step_start_.push_back(static_cast<int64_t>(send_segments_.size()));
     recv_step_start_.push_back(static_cast<int64_t>(recv_segments_.size()));
-    append_segments(&send_segments_, t, send_chunk, count, esize, seg_elems);
-    append_segments(&recv_segments_, t, recv_chunk, count, esize, seg_elems);
+    append_segments(&send_segments_, send_chunk, count, esize, seg_elems);
+    append_segments(&recv_segments_, recv_chunk, count, esize, seg_elems);
   }
   send_step_start_.push_back(static_cast<int64_t>(send_segments_.size()));
   recv_step_start_.push_back(static_cast<int64_t>(recv_segments_.size()));
@@ -190,7 +192,7 @@ Status RingAllreduce::run(void* buf, int64_t count, DataType dtype, ReduceOp op)
 
 Status RingAllreduce::post_send(uint8_t* buf, int64_t i) {
   const Segment& s = send_segments_[i];
-  HVL_MPI_CALL(MPI_Isend(buf + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_,
+  HVL_RING_MPI_CALL(MPI_Isend(buf + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_,
                          &send_requests_[i]));
   sends_posted_ = i + 1;
   return Status::OK();
@@ -198,15 +200,9 @@ Status RingAllreduce::post_send(uint8_t* buf, int64_t i) {
 
 Status RingAllreduce::post_recv(uint8_t* buf, int64_t k) {
   const Segment& r = recv_segments_[k];
-  uint8_t* dst;
-  if (r.guard < 0) {
-    dst = scratch_.get() + (k % options_.pipeline_depth) * scratch_slot_bytes_;
-  } else {
-    // Receiving into the region this rank sent from earlier: that send must be done.
-    HVL_MPI_CALL(MPI_Wait(&send_requests_[r.guard], MPI_STATUS_IGNORE));
-    dst = buf + r.byte_offset;
-  }
-  HVL_MPI_CALL(MPI_Irecv(dst, r.bytes, MPI_BYTE, mod(rank_ - 1, size_), tag_of(k), comm_, &recv_requests_[k]));
+  uint8_t* dst = r.guard < 0 ? scratch_.get() + (k % options_.pipeline_depth) * scratch_slot_bytes_
+                             : buf + r.byte_offset;
+  HVL_RING_MPI_CALL(MPI_Irecv(dst, r.bytes, MPI_BYTE, mod(rank_ - 1, size_), tag_of(k), comm_, &recv_requests_[k]));
   return Status::OK();
 }
 
@@ -220,34 +216,51 @@ Status RingAllreduce::execute(uint8_t* buf, DataType dtype, ReduceOp op) {
   }
   sends_posted_ = 0;
   int64_t next_recv = 0;
-  // Posts receives in order up to `limit`, stopping at one whose region is
-  // still to be sent by a send not posted yet.
+  // Posts receives in order, up to `limit`, while they can be posted without
+  // blocking: an allgather receive goes straight into the buffer, into the
+  // region this rank sent from during the reduce-scatter, so that send must
+  // have been posted and have completed.
   auto top_up = [&](int64_t limit) -> Status {
     for (; next_recv < std::min(limit, nrecv); ++next_recv) {
-      if (recv_segments_[next_recv].guard >= sends_posted_) break;
+      const int64_t guard = recv_segments_[next_recv].guard;
+      if (guard >= sends_posted_) break;
+      if (guard >= 0) {
+        int done = 0;
+        HVL_RING_MPI_CALL(MPI_Test(&send_requests_[guard], &done, MPI_STATUS_IGNORE));
+        if (!done) break;
+      }
       HVL_RETURN_IF_ERROR(post_recv(buf, next_recv));
     }
     return Status::OK();
   };
   HVL_RETURN_IF_ERROR(top_up(depth));
   for (int64_t i = send_step_start_[0]; i < send_step_start_[1]; ++i) HVL_RETURN_IF_ERROR(post_send(buf, i));
-  HVL_RETURN_IF_ERROR(top_up(depth));
 
   for (int64_t k = 0; k < nrecv; ++k) {
-    // Receive k's guard (if any) was posted while processing an earlier
-    // segment, so k has been posted by now.
-    if (k >= next_recv) return Status::Internal("RingAllreduce: schedule error, receive not posted");
-    HVL_MPI_CALL(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));
+    if (k == next_recv) {
+      // Not posted yet: its guard send was posted while processing an earlier
+      // segment (or at the start) and is waited for here. That send matches a
+      // receive the neighbour posts before it gets to segment k, so this wait
+      // cannot close a cycle.
+      const int64_t guard = recv_segments_[k].guard;
+      if (guard >= sends_posted_) return Status::Internal("RingAllreduce: schedule error, guard send not posted");
+      if (guard >= 0) HVL_RING_MPI_CALL(MPI_Wait(&send_requests_[guard], MPI_STATUS_IGNORE));
+      HVL_RETURN_IF_ERROR(post_recv(buf, k));
+      ++next_recv;
+    }
+    HVL_RING_MPI_CALL(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));
     const Segment& r = recv_segments_[k];
     if (r.guard < 0) {  // a reduce-scatter segment: fold it into the buffer
       const uint8_t* slot = scratch_.get() + (k % depth) * scratch_slot_bytes_;
-      kernels::reduce_into(buf + r.byte_offset, slot, r.bytes / esize - (k == 3 ? 1 : 0), dtype, op);
+      kernels::reduce_into(buf + r.byte_offset, slot, r.bytes / esize, dtype, op);
     }
     if (r.forward >= 0) HVL_RETURN_IF_ERROR(post_send(buf, r.forward));
-    HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's slot is free now
+    HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's scratch slot is free now
   }
-  HVL_MPI_CALL(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
+  HVL_RING_MPI_CALL(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
   return Status::OK();
 }
+
+#undef HVL_RING_MPI_CALL
 
 }  // namespace horovodlite

@@ -27,7 +27,7 @@ namespace horovodlite {
 struct RingAllreduceOptions {
   // Bytes per message (rounded down to whole elements, at least one element).
   // Values above kMaxSegmentBytes are clamped, so no MPI count overflows an int.
-  int64_t segment_bytes = int64_t{1} << 20;
+  int64_t segment_bytes = int64_t{256} << 10;
   // Received segments in flight (and scratch slots) per rank; at least 1.
   int pipeline_depth = 4;
   // Tags used are [tag_base, tag_base + kTagSpan).
@@ -49,7 +49,9 @@ class RingAllreduce {
   // In-place allreduce of `count` elements of `dtype` at `buf`. Every rank of
   // the communicator must call it with the same count, dtype and op. Average is
   // reduced as Sum (the caller divides). A world of one rank is a no-op.
-  // Not thread-safe: one run() at a time per object.
+  // Not thread-safe: one run() at a time per object. Returns Internal if an
+  // MPI call fails; requests may then be left outstanding, so the
+  // communicator should not be used for further collectives.
   Status run(void* buf, int64_t count, DataType dtype, ReduceOp op);
 
   int rank() const { return rank_; }
@@ -58,7 +60,6 @@ class RingAllreduce {
 
  private:
   struct Segment {
-    int step;             // 0 .. 2 * (size - 1) - 1; reduce-scatter steps come first
     int bytes;
     int64_t byte_offset;  // into the caller's buffer
     // Receive segments only: the send segment to post once this one has been
@@ -68,8 +69,8 @@ class RingAllreduce {
     int64_t guard = -1;
   };
 
-  // Appends the segments of chunk `chunk` for `step` to `out`.
-  void append_segments(std::vector<Segment>* out, int step, int chunk, int64_t count, int64_t esize,
+  // Appends the segments of chunk `chunk` to `out`.
+  void append_segments(std::vector<Segment>* out, int chunk, int64_t count, int64_t esize,
                        int64_t seg_elems) const;
   void plan(int64_t count, int64_t esize);
   Status ensure_scratch(int64_t slot_bytes);
