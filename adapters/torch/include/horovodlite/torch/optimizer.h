@@ -1,0 +1,102 @@
+// DistributedOptimizer: wraps any torch::optim::Optimizer so that gradients are
+// averaged (or summed) across ranks before each step, Horovod-style: a hook on
+// each parameter's gradient accumulator starts that gradient's allreduce while
+// backward is still running, and step() waits for them and then steps.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+#include <torch/ordered_dict.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "horovodlite/common.h"
+#include "horovodlite/torch/async_handle.h"
+
+namespace torch {
+namespace autograd {
+struct Node;
+}  // namespace autograd
+}  // namespace torch
+
+namespace horovodlite {
+namespace torch {
+
+enum class Compression : uint8_t {
+  kNone = 0,
+  kFP16 = 1,  // floating gradients travel as float16 and are restored to their dtype
+};
+
+struct DistributedOptimizerOptions {
+  ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
+  Compression compression = Compression::kNone;
+  // Allreduce once every N backward passes (gradients accumulate locally in between).
+  int backward_passes_per_step = 1;
+  // Average only: gradients are scaled by 1/f before the sum and by f/size after.
+  double gradient_predivide_factor = 1.0;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+class DistributedOptimizer {
+ public:
+  // `named_parameters` names every parameter of `optimizer` the same way on every
+  // rank (module->named_parameters()); allreduces are named "allreduce.<name>".
+  // Empty: parameters are named by position ("allreduce.noname.<group>.<index>").
+  DistributedOptimizer(std::shared_ptr<::torch::optim::Optimizer> optimizer, const NamedTensors& named_parameters,
+                       const DistributedOptimizerOptions& options = {});
+  DistributedOptimizer(std::shared_ptr<::torch::optim::Optimizer> optimizer,
+                       const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
+                       const DistributedOptimizerOptions& options = {});
+  ~DistributedOptimizer();
+
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // Synchronizes the gradients (unless synchronize() was already called since
+  // the last step) and steps the wrapped optimizer.
+  at::Tensor step(::torch::optim::Optimizer::LossClosure closure = nullptr);
+  // Waits for every gradient allreduce, starting those whose hooks did not fire
+  // (unused parameters get zero gradients, as in Horovod), so that every rank
+  // issues the same names. Call it before step() to look at or clip gradients.
+  void synchronize();
+  // Throws if gradient allreduces are pending (call step() or synchronize() first).
+  void zero_grad();
+
+  ::torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  const std::shared_ptr<::torch::optim::Optimizer>& optimizer_ptr() const { return optimizer_; }
+  const DistributedOptimizerOptions& options() const { return options_; }
+  // The allreduce names, in the optimizer's parameter order.
+  std::vector<std::string> allreduce_names() const;
+
+ private:
+  class GradHook;
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+    std::shared_ptr<::torch::autograd::Node> grad_accumulator;  // keeps the hook alive
+    uintptr_t hook_key = 0;
+    int delay = 0;  // backward passes left before the allreduce starts
+    AsyncHandle handle;
+    at::Tensor compressed;  // the fp16 copy on the wire, when compressing
+  };
+
+  void register_hooks(const NamedTensors& named_parameters);
+  void on_gradient_ready(size_t index);
+  void start_allreduce(Param& param);
+  void finish_allreduce(Param& param);
+
+  std::shared_ptr<::torch::optim::Optimizer> optimizer_;
+  DistributedOptimizerOptions options_;
+  std::vector<Param> params_;
+  std::mutex mu_;
+  bool synchronized_ = false;
+};
+
+}  // namespace torch
+}  // namespace horovodlite

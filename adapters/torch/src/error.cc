@@ -1,0 +1,18 @@
+#include "horovodlite/torch/error.h"
+
+namespace horovodlite {
+namespace torch {
+
+HorovodError::HorovodError(StatusCode code, const std::string& message)
+    : std::runtime_error(message), code_(code) {}
+
+void throw_if_error(const Status& status) {
+  if (!status.ok()) throw HorovodError(status);
+}
+
+void check_argument(bool condition, const std::string& message) {
+  if (!condition) throw HorovodError(StatusCode::kInvalidArgument, message);
+}
+
+}  // namespace torch
+}  // namespace horovodlite

@@ -1,0 +1,86 @@
+#include "horovodlite/torch/tensor_util.h"
+
+#include <sstream>
+
+#include "horovodlite/torch/error.h"
+
+namespace horovodlite {
+namespace torch {
+namespace {
+
+bool lookup(at::ScalarType type, DataType* out) {
+  switch (type) {
+    case at::kByte: *out = DataType::kUInt8; return true;
+    case at::kChar: *out = DataType::kInt8; return true;
+    case at::kShort: *out = DataType::kInt16; return true;
+    case at::kInt: *out = DataType::kInt32; return true;
+    case at::kLong: *out = DataType::kInt64; return true;
+    case at::kHalf: *out = DataType::kFloat16; return true;
+    case at::kBFloat16: *out = DataType::kBFloat16; return true;
+    case at::kFloat: *out = DataType::kFloat32; return true;
+    case at::kDouble: *out = DataType::kFloat64; return true;
+    case at::kBool: *out = DataType::kBool; return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool is_supported(at::ScalarType type) {
+  DataType unused;
+  return lookup(type, &unused);
+}
+
+DataType to_data_type(at::ScalarType type) {
+  DataType out;
+  if (!lookup(type, &out)) {
+    throw HorovodError(StatusCode::kInvalidArgument,
+                       std::string("horovodlite does not support tensors of type ") + c10::toString(type) +
+                           " (supported: uint8, int8, int16, int32, int64, float16, bfloat16, float32, "
+                           "float64, bool)");
+  }
+  return out;
+}
+
+at::ScalarType to_scalar_type(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8: return at::kByte;
+    case DataType::kInt8: return at::kChar;
+    case DataType::kInt16: return at::kShort;
+    case DataType::kInt32: return at::kInt;
+    case DataType::kInt64: return at::kLong;
+    case DataType::kFloat16: return at::kHalf;
+    case DataType::kBFloat16: return at::kBFloat16;
+    case DataType::kFloat32: return at::kFloat;
+    case DataType::kFloat64: return at::kDouble;
+    case DataType::kBool: return at::kBool;
+  }
+  throw HorovodError(StatusCode::kInvalidArgument, "invalid horovodlite DataType");
+}
+
+void check_tensor(const at::Tensor& tensor, const std::string& what) {
+  check_argument(tensor.defined(), what + ": the tensor is undefined");
+  if (!tensor.device().is_cpu()) {
+    std::ostringstream msg;
+    msg << what << ": only CPU tensors are supported by the LibTorch adapter for now (got a tensor on "
+        << tensor.device() << ")";
+    throw HorovodError(StatusCode::kUnimplemented, msg.str());
+  }
+  check_argument(!tensor.is_sparse(), what + ": sparse tensors are not supported");
+  check_argument(!tensor.is_quantized(), what + ": quantized tensors are not supported");
+  to_data_type(tensor.scalar_type());
+}
+
+TensorView make_view(const at::Tensor& tensor) {
+  check_tensor(tensor, "make_view");
+  check_argument(tensor.is_contiguous(), "make_view: the tensor must be contiguous");
+  TensorView view;
+  view.data = tensor.data_ptr();
+  view.dtype = to_data_type(tensor.scalar_type());
+  view.shape = tensor.sizes().vec();
+  view.device = kCpuDevice;
+  return view;
+}
+
+}  // namespace torch
+}  // namespace horovodlite

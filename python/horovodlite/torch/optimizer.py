@@ -1,0 +1,382 @@
+"""DistributedOptimizer, as ``horovod.torch.optimizer``.
+
+A hook on each parameter's gradient accumulator starts that gradient's
+allreduce while backward is still running; step() waits for them and steps.
+
+Beyond Horovod, the hooks count each parameter once per backward pass even
+when activation checkpointing (torch.utils.checkpoint with use_reentrant=True)
+runs parts of the backward pass as nested backward calls: a parameter used in
+several checkpointed segments gets its accumulator hook called once per
+segment. Passes are told apart by the outermost ``torch.autograd.backward``
+frame. A piece of gradient that arrives after the parameter's allreduce was
+started (same pass) is kept aside by a tensor hook, reduced at synchronize()
+and added; such parameters are sent at synchronize() from then on. For this
+the gradient allreduce is out of place (Horovod's is in place): one extra
+gradient-sized buffer per step.
+"""
+
+import os
+import sys
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from horovodlite.common.process_sets import global_process_set, check_global
+from horovodlite.torch.compression import Compression
+from horovodlite.torch.functions import broadcast_object
+from horovodlite.torch.mpi_ops import (Average, Adasum, Sum, allreduce_async, grouped_allreduce_async,  # noqa: F401
+                                       synchronize, size)
+
+_BACKWARD_CODE = torch.autograd.backward.__code__
+
+
+def _outermost_backward_frame():
+    """The frame of the outermost torch.autograd.backward call on this thread,
+    or None when the hook did not run under one (e.g. a C++ caller)."""
+    frame = sys._getframe(1)
+    outer = None
+    while frame is not None:
+        if frame.f_code is _BACKWARD_CODE:
+            outer = frame
+        frame = frame.f_back
+    return outer
+
+
+class _Pending(object):
+    """One parameter's gradient allreduce for the current step."""
+
+    __slots__ = ("handle", "ctx")
+
+    def __init__(self, handle, ctx):
+        self.handle = handle
+        self.ctx = ctx
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
+                 gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
+                 process_set=global_process_set):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [("allreduce.noname.%s.%s" % (i, j), v)
+                                for i, param_group in enumerate(self.param_groups)
+                                for j, v in enumerate(param_group["params"])]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        dups = _DistributedOptimizer.find_duplicates([k for k, _ in named_parameters])
+        if len(dups) > 0:
+            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+                             % ", ".join(dups))
+        all_param_ids = {id(v) for param_group in self.param_groups for v in param_group["params"]}
+        named_param_ids = {id(v) for k, v in named_parameters}
+        unnamed_param_ids = all_param_ids - named_param_ids
+        if len(unnamed_param_ids):
+            raise ValueError("named_parameters was specified, but one or more model parameters were not "
+                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed_param_ids))
+
+        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
+                or backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be a positive int, got %r" % (backward_passes_per_step,))
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: self.backward_passes_per_step for _, v in named_parameters}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+
+        self._handles = {}          # parameter (or group tuple) -> _Pending, or None until sent
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._pass_frame = None     # the outermost backward frame of the current pass
+        self._counted = set()       # parameters counted in the current pass
+        self._rest = {}             # parameter -> gradient that arrived after its allreduce left
+        self._late = set()          # parameters sent at synchronize() (their gradient arrives in pieces)
+
+        if groups is not None:
+            if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+                raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
+            if isinstance(groups, list):
+                grouped_parameter_ids = set()
+                for group in groups:
+                    for p in group:
+                        if not isinstance(p, torch.Tensor):
+                            raise ValueError("groups must consist of torch.Tensor.")
+                        if id(p) in grouped_parameter_ids:
+                            raise ValueError("A parameter can only appear once in groups.")
+                        grouped_parameter_ids.add(id(p))
+        self._groups = groups
+        self._p_to_group = {}
+        self._group_counts = {}
+
+        if size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1":
+            self._register_hooks()
+
+    @staticmethod
+    def find_duplicates(lst):
+        seen = set()
+        dups = set()
+        for el in lst:
+            if el in seen:
+                dups.add(el)
+            seen.add(el)
+        return dups
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        self._new_step()
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+
+    def _register_hooks(self):
+        if self._groups is not None:
+            p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+            # The same parameter order on every rank: rank 0's.
+            names = broadcast_object([self._parameter_names.get(p) for p in p_list], root_rank=0,
+                                     name="DistributedOptimizer.groups")
+            p_list = sorted(p_list, key=lambda p: names.index(self._parameter_names.get(p)))
+            if isinstance(self._groups, list):
+                p_groups = []
+                grouped = set()
+                ids = {id(p) for p in p_list}
+                for group in self._groups:
+                    p_groups.append([p for p in group if id(p) in ids])
+                    grouped.update(id(p) for p in p_groups[-1])
+                p_groups.extend([p] for p in p_list if id(p) not in grouped)
+            else:
+                n = self._groups
+                k, m = divmod(len(p_list), n)
+                p_groups = [p_list[i * k + min(i, m):(i + 1) * k + min(i + 1, m)] for i in range(n)]
+            for group in (tuple(g) for g in p_groups if g):
+                for p in group:
+                    self._p_to_group[p] = group
+                self._group_counts[group] = 0
+
+        for param_group in self.param_groups:
+            for p in param_group["params"]:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    p_tmp = p.expand_as(p)
+                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
+                    grad_acc.register_hook(self._make_hook(p))
+                    self._grad_accs.append(grad_acc)
+                    p.register_hook(self._make_piece_hook(p))
+
+    def _scale_factors(self):
+        if self.op == Average:
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # Not computed here, but another rank may have computed it: send zeros.
+            p.grad = p.data.new(p.size()).zero_()
+        name = self._parameter_names.get(p)
+        tensor = p.grad
+        if tensor.is_sparse:
+            if not self.sparse_as_dense:
+                raise ValueError("horovodlite: sparse gradient for %s; use sparse_as_dense=True" % name)
+            tensor = tensor.to_dense()
+        compressed, ctx = self._compression.compress(tensor)
+        pre, post = self._scale_factors()
+        # Out of place, so that p.grad is only read while the allreduce runs.
+        handle = allreduce_async(compressed, name=name, op=self.op, prescale_factor=pre,
+                                 postscale_factor=post, process_set=self.process_set)
+        return _Pending(handle, ctx)
+
+    def _grouped_allreduce_grad_async(self, ps):
+        name = self._parameter_names.get(ps[0])
+        for p in ps:
+            if p.grad is None:
+                p.grad = p.data.new(p.size()).zero_()
+        compressed, ctxs = zip(*[self._compression.compress(p.grad) for p in ps])
+        pre, post = self._scale_factors()
+        handle = grouped_allreduce_async(list(compressed), name=name, op=self.op, prescale_factor=pre,
+                                         postscale_factor=post, process_set=self.process_set)
+        return _Pending(handle, ctxs)
+
+    def _new_step(self):
+        self._pass_frame = None
+        self._counted = set()
+
+    def _in_current_pass(self, p):
+        frame = _outermost_backward_frame()
+        return frame is not None and frame is self._pass_frame and p in self._counted
+
+    def _make_piece_hook(self, p):
+        def piece_hook(grad):
+            if isinstance(self._handles.get(p), _Pending) and self._in_current_pass(p):
+                # p's allreduce already left during this pass: keep this piece
+                # aside and leave p.grad (which is being read) unchanged.
+                rest = self._rest.get(p)
+                self._rest[p] = grad.detach().clone() if rest is None else rest + grad.detach()
+                return torch.zeros_like(grad)
+            return None
+        return piece_hook
+
+    def _count_pass(self, p):
+        """True if this hook call starts p's contribution to a new backward pass."""
+        frame = _outermost_backward_frame()
+        if frame is None:
+            return True
+        if frame is not self._pass_frame:
+            self._pass_frame = frame
+            self._counted = set()
+        if p in self._counted:
+            return False
+        self._counted.add(p)
+        return True
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if not self._count_pass(p):
+                # Another piece of this pass's gradient (reentrant checkpointing);
+                # if the allreduce already left, piece_hook kept it aside.
+                return
+            if p in self._handles and self._handles[p] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        "Gradients were computed more than backward_passes_per_step times before call to "
+                        "step(). Increase backward_passes_per_step to accumulate gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            pending = None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0 and p not in self._late:
+                if self._groups is not None:
+                    group = self._p_to_group[p]
+                    self._group_counts[group] += 1
+                    if self._group_counts[group] == len(group):
+                        self._handles[group] = self._grouped_allreduce_grad_async(group)
+                        for gp in group:
+                            self._handles.pop(gp, None)
+                        self._group_counts[group] = 0
+                        return
+                else:
+                    pending = self._allreduce_grad_async(p)
+            self._handles[p] = pending
+        return hook
+
+    def synchronize(self):
+        """Waits for every gradient allreduce, starting those whose hooks did not
+        run (unused parameters get zero gradients, so every rank issues the
+        same names). Call before step() to inspect or clip gradients."""
+        completed = set()
+        for x in self._handles.keys():
+            completed.update(x) if isinstance(x, tuple) else completed.add(x)
+        for p in self._requires_update - completed:
+            self._handles[p] = self._allreduce_grad_async(p)
+        for p, pending in list(self._handles.items()):
+            if pending is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        # Pieces that arrived after their allreduce left: reduce them too (all
+        # issued before any wait, so ranks cannot wait on each other's order).
+        late = {}
+        pre, post = self._scale_factors()
+        for p in sorted(self._rest, key=lambda q: self._parameter_names.get(q)):
+            self._late.add(p)
+            compressed, ctx = self._compression.compress(self._rest[p])
+            late[p] = _Pending(allreduce_async(compressed, name=self._parameter_names.get(p) + ".late",
+                                               op=self.op, prescale_factor=pre, postscale_factor=post,
+                                               process_set=self.process_set), ctx)
+        self._rest = {}
+        for p, pending in self._handles.items():
+            if isinstance(p, tuple):
+                outputs = synchronize(pending.handle)
+                for gp, output, gctx in zip(p, outputs, pending.ctx):
+                    self._allreduce_delay[gp] = self.backward_passes_per_step
+                    gp.grad.set_(self._compression.decompress(output, gctx).to(gp.grad.dtype))
+                if self._groups is not None and self._group_counts.get(p, 0) != 0:
+                    self._group_counts[p] = 0
+                continue
+            self._allreduce_delay[p] = self.backward_passes_per_step
+            result = self._compression.decompress(synchronize(pending.handle), pending.ctx)
+            if p in late:
+                extra = late[p]
+                result = result + self._compression.decompress(synchronize(extra.handle), extra.ctx)
+            if p.grad.is_sparse:
+                p.grad.zero_().add_(result.to_sparse() if not result.is_sparse else result)
+            else:
+                p.grad.set_(result.to(p.grad.dtype))
+        self._handles.clear()
+        self._new_step()
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """A context in which step() does not synchronize (use after calling
+        synchronize() yourself, e.g. to clip gradients)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to "
+                              "consider using optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                                 "cause a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set):
+    """Wraps ``optimizer`` so that gradients are averaged (or summed) across
+    ranks before each step, with the arguments of horovod.torch.DistributedOptimizer.
+
+    Arguments:
+        optimizer: the torch.optim.Optimizer to wrap.
+        named_parameters: ``model.named_parameters()``; names the allreduces.
+        compression: Compression.none or Compression.fp16.
+        backward_passes_per_step: backward passes (gradient accumulation steps)
+            between allreduces.
+        op: Average (default) or Sum.
+        gradient_predivide_factor: with Average, scale by 1/f before the sum and f/size after.
+        num_groups: deprecated; use groups.
+        groups: an int (that many fused groups) or a list of lists of parameters.
+        sparse_as_dense: send sparse gradients as dense tensors.
+    """
+    check_global(process_set, "DistributedOptimizer")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if op == Adasum:
+        raise NotImplementedError("DistributedOptimizer: the Adasum reduction is not supported by horovodlite")
+    if op not in (Average, Sum):
+        raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Sum")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)

@@ -1,0 +1,234 @@
+// horovodlite.torch._C: the pybind11 bridge between the Python package
+// horovodlite.torch and the LibTorch adapter. It is deliberately thin: argument
+// policy (defaults, Horovod's op semantics, autograd) lives in Python; here we
+// only move tensors across, release the GIL while waiting, and turn adapter
+// exceptions into Horovod's Python exception types.
+#include <torch/csrc/utils/pybind.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "horovodlite/horovodlite.h"
+#include "horovodlite/torch/async_handle.h"
+#include "horovodlite/torch/basics.h"
+#include "horovodlite/torch/collectives.h"
+#include "horovodlite/torch/error.h"
+
+namespace py = pybind11;
+
+namespace horovodlite {
+namespace python {
+namespace {
+
+// horovodlite.common.exceptions.HorovodInternalError, looked up at import time.
+// Leaked on purpose: it must outlive every translated exception, and Python
+// objects must not be released after the interpreter has gone.
+PyObject* g_internal_error = nullptr;
+
+void translate_horovod_error(const torch::HorovodError& e) {
+  switch (e.code()) {
+    case StatusCode::kDuplicateName:
+    case StatusCode::kInvalidArgument:
+      PyErr_SetString(PyExc_ValueError, e.what());
+      return;
+    case StatusCode::kUnimplemented:
+      PyErr_SetString(PyExc_NotImplementedError, e.what());
+      return;
+    default:
+      PyErr_SetString(g_internal_error != nullptr ? g_internal_error : PyExc_RuntimeError, e.what());
+      return;
+  }
+}
+
+ReduceOp to_reduce_op(int op) {
+  torch::check_argument(op >= 0 && op <= static_cast<int>(ReduceOp::kAdasum),
+                        "invalid reduce op " + std::to_string(op));
+  return static_cast<ReduceOp>(op);
+}
+
+// An AsyncHandle as Python sees it. synchronize() waits without the GIL so that
+// other Python threads (and the background thread's completion callbacks) run.
+class PyHandle {
+ public:
+  // Errors the core reports at enqueue time (duplicate name, bad argument, not
+  // initialised or shut down) are raised by the *_async call itself, as Horovod
+  // does; errors found during negotiation are raised by synchronize().
+  explicit PyHandle(torch::AsyncHandle handle) : handle_(std::move(handle)) {
+    const HandlePtr& core = handle_.core_handle();
+    if (core->poll()) {
+      Status status = core->status();
+      switch (status.code()) {
+        case StatusCode::kDuplicateName:
+        case StatusCode::kInvalidArgument:
+        case StatusCode::kPrecondition:
+        case StatusCode::kUnimplemented:
+          throw torch::HorovodError(status.code(), core->name() + ": " + status.message());
+        default:
+          break;
+      }
+    }
+  }
+
+  bool poll() const { return handle_.poll(); }
+
+  at::Tensor synchronize() const {
+    {
+      py::gil_scoped_release release;
+      // Wait for completion without the GIL; errors are raised below, with it.
+      handle_.core_handle()->wait();
+    }
+    // Completion is now known, so this does not block; it runs the finisher
+    // (copy back into non-contiguous in-place targets) and throws on failure.
+    return handle_.synchronize();
+  }
+
+  bool wait(double timeout_s) const {
+    py::gil_scoped_release release;
+    return handle_.wait_for(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0)));
+  }
+
+  std::string name() const { return handle_.name(); }
+  std::vector<int64_t> received_splits() const { return handle_.received_splits(); }
+  int last_joined_rank() const { return handle_.last_joined_rank(); }
+
+ private:
+  torch::AsyncHandle handle_;
+};
+
+AllreduceOptions allreduce_options(int op, double prescale, double postscale) {
+  AllreduceOptions options;
+  options.op = to_reduce_op(op);
+  options.prescale_factor = prescale;
+  options.postscale_factor = postscale;
+  return options;
+}
+
+PyHandle allreduce_async(const at::Tensor& tensor, const std::string& name, int op, double prescale,
+                         double postscale, bool in_place) {
+  AllreduceOptions options = allreduce_options(op, prescale, postscale);
+  return PyHandle(in_place ? torch::allreduce_async_(tensor, name, options)
+                           : torch::allreduce_async(tensor, name, options));
+}
+
+PyHandle reducescatter_async(const at::Tensor& tensor, const std::string& name, int op, double prescale,
+                             double postscale) {
+  ReducescatterOptions options;
+  options.op = to_reduce_op(op);
+  options.prescale_factor = prescale;
+  options.postscale_factor = postscale;
+  return PyHandle(torch::reducescatter_async(tensor, name, options));
+}
+
+PyHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name, bool in_place) {
+  return PyHandle(in_place ? torch::broadcast_async_(tensor, root_rank, name)
+                           : torch::broadcast_async(tensor, root_rank, name));
+}
+
+int nccl_version() {
+#ifdef HVL_NCCL_VERSION_CODE
+  return HVL_NCCL_VERSION_CODE;
+#else
+  return 0;
+#endif
+}
+
+void start_timeline(const std::string& path, bool mark_cycles) {
+#ifdef HVL_HAVE_TIMELINE
+  torch::throw_if_error(horovodlite::start_timeline(path, mark_cycles));
+#else
+  (void)path;
+  (void)mark_cycles;
+#endif
+}
+
+void stop_timeline() {
+#ifdef HVL_HAVE_TIMELINE
+  torch::throw_if_error(horovodlite::stop_timeline());
+#endif
+}
+
+}  // namespace
+}  // namespace python
+}  // namespace horovodlite
+
+PYBIND11_MODULE(_C, m) {
+  using namespace horovodlite::python;
+  namespace hvt = horovodlite::torch;
+  using horovodlite::ReduceOp;
+  m.doc() = "horovodlite's PyTorch bindings (internal; use horovodlite.torch)";
+
+  py::object exceptions = py::module_::import("horovodlite.common.exceptions");
+  g_internal_error = py::object(exceptions.attr("HorovodInternalError")).release().ptr();
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const hvt::HorovodError& e) {
+      translate_horovod_error(e);
+    }
+  });
+
+  // ---- lifecycle and topology (GIL released: init/shutdown talk to MPI) ----
+  m.def("init", &hvt::init, py::call_guard<py::gil_scoped_release>());
+  m.def("shutdown", &hvt::shutdown, py::call_guard<py::gil_scoped_release>());
+  m.def("is_initialized", &hvt::is_initialized);
+  m.def("rank", &hvt::rank);
+  m.def("size", &hvt::size);
+  m.def("local_rank", &hvt::local_rank);
+  m.def("local_size", &hvt::local_size);
+  m.def("cross_rank", &hvt::cross_rank);
+  m.def("cross_size", &hvt::cross_size);
+  m.def("mpi_threads_supported", &hvt::mpi_threads_supported);
+  m.def("nccl_version", &nccl_version);
+#ifdef HVL_HAVE_CUDA
+  m.attr("cuda_built") = true;
+#else
+  m.attr("cuda_built") = false;
+#endif
+#ifdef HVL_HAVE_TIMELINE
+  m.attr("timeline_built") = true;
+#else
+  m.attr("timeline_built") = false;
+#endif
+  m.def("start_timeline", &start_timeline, py::arg("file_path"), py::arg("mark_cycles"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("stop_timeline", &stop_timeline, py::call_guard<py::gil_scoped_release>());
+  m.attr("version") = HVL_VERSION_STRING;
+
+  // Reduce op values, as in horovod.common.basics (Average/Sum/Adasum) plus Min/Max/Product.
+  m.attr("AVERAGE") = static_cast<int>(ReduceOp::kAverage);
+  m.attr("SUM") = static_cast<int>(ReduceOp::kSum);
+  m.attr("MIN") = static_cast<int>(ReduceOp::kMin);
+  m.attr("MAX") = static_cast<int>(ReduceOp::kMax);
+  m.attr("PRODUCT") = static_cast<int>(ReduceOp::kProduct);
+  m.attr("ADASUM") = static_cast<int>(ReduceOp::kAdasum);
+
+  py::class_<PyHandle>(m, "Handle")
+      .def("poll", &PyHandle::poll)
+      .def("synchronize", &PyHandle::synchronize)
+      .def("wait", &PyHandle::wait, py::arg("timeout_s"))
+      .def_property_readonly("name", &PyHandle::name)
+      .def("received_splits", &PyHandle::received_splits)
+      .def("last_joined_rank", &PyHandle::last_joined_rank);
+
+  // ---- collectives; each returns a Handle at once ----
+  m.def("allreduce_async", &allreduce_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
+        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"));
+  m.def("allgather_async", [](const at::Tensor& t, const std::string& name) {
+    return PyHandle(hvt::allgather_async(t, name));
+  }, py::arg("tensor"), py::arg("name"));
+  m.def("broadcast_async", &broadcast_async, py::arg("tensor"), py::arg("root_rank"), py::arg("name"),
+        py::arg("in_place"));
+  m.def("alltoall_async", [](const at::Tensor& t, const std::vector<int64_t>& splits, const std::string& name) {
+    return PyHandle(hvt::alltoall_async(t, splits, name));
+  }, py::arg("tensor"), py::arg("splits"), py::arg("name"));
+  m.def("reducescatter_async", &reducescatter_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
+        py::arg("prescale_factor"), py::arg("postscale_factor"));
+  m.def("join_async", []() { return PyHandle(hvt::join_async()); });
+  m.def("barrier", &hvt::barrier, py::call_guard<py::gil_scoped_release>());
+  m.def("reducescatter_rows", &horovodlite::reducescatter_rows, py::arg("dim0"), py::arg("world_size"),
+        py::arg("rank"));
+}

@@ -1,0 +1,67 @@
+import os
+import warnings
+
+import pytest
+
+import horovodlite
+import horovodlite.torch as hvd
+from horovodlite.common.exceptions import HorovodInternalError
+
+
+def test_topology_matches_mpi_environment():
+    assert hvd.is_initialized()
+    assert hvd.size() == int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    assert hvd.rank() == int(os.environ["OMPI_COMM_WORLD_RANK"])
+    assert hvd.local_size() == int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"])
+    assert hvd.local_rank() == int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])
+    assert hvd.cross_size() == 1 and hvd.cross_rank() == 0
+    assert hvd.is_homogeneous()
+    assert isinstance(hvd.mpi_threads_supported(), bool)
+
+
+def test_second_init_is_noop():
+    before = (hvd.rank(), hvd.size())
+    hvd.init()
+    assert (hvd.rank(), hvd.size()) == before
+
+
+def test_build_flags():
+    assert hvd.mpi_enabled() and hvd.mpi_built()
+    assert hvd.gloo_enabled() is False and hvd.gloo_built() is False
+    assert isinstance(hvd.nccl_built(), int) and not isinstance(hvd.nccl_built(), bool)
+    assert hvd.cuda_built() is False and hvd.rocm_built() is False
+    assert horovodlite.__version__
+
+
+def test_exception_types_are_shared():
+    assert hvd.HorovodInternalError is HorovodInternalError
+    assert issubclass(HorovodInternalError, RuntimeError)
+
+
+def test_ops_are_distinct():
+    ops = {hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product}
+    assert len(ops) == 6
+
+
+def test_timeline_start_stop(tmp_path):
+    import json
+    import torch
+    from horovodlite.torch import _C
+    path = hvd.broadcast_object(str(tmp_path / "timeline.json"), root_rank=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hvd.start_timeline(path, mark_cycles=True)
+        hvd.start_timeline(path)  # same path while active: OK
+        if _C.timeline_built and hvd.rank() == 0:
+            with pytest.raises(ValueError):
+                hvd.start_timeline(path + ".other")
+    hvd.allreduce(torch.ones(4), name="timeline.op")
+    hvd.stop_timeline()
+    if _C.timeline_built and hvd.rank() == 0:
+        with open(path) as f:
+            events = json.load(f)
+        text = json.dumps(events)
+        assert "timeline.op" in text
+    with pytest.raises(ValueError):
+        hvd.start_timeline("")
+    hvd.barrier()
