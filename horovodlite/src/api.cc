@@ -1,10 +1,13 @@
 // The public API: validates arguments locally (a clear error naming the tensor,
 // before anything reaches other ranks) and hands entries to the runtime.
 #include <atomic>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 
 #include "horovodlite/horovodlite.h"
+#include "logging.h"
 #include "runtime.h"
 
 namespace horovodlite {
@@ -15,6 +18,31 @@ std::mutex g_mu;                    // guards g_runtime (init/shutdown vs. calle
 std::shared_ptr<Runtime> g_runtime;  // the one mutable global: the handle to the runtime
 std::atomic<uint64_t> g_noname{0};
 std::atomic<uint64_t> g_barrier{0};
+
+std::once_flag g_atexit_once;
+
+// Runs at process exit (before MPI is finalized: registered after it, and atexit
+// handlers run in reverse order). A process leaving while initialised would
+// otherwise finalize MPI under the background thread, and the other ranks would
+// wait for it for ever; instead its peers are told which rank left.
+void shutdown_at_exit() {
+  std::shared_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    rt.swap(g_runtime);
+  }
+  if (!rt) return;
+  if (rt->on_background_thread()) {
+    // exit() from a completion callback: the thread cannot join itself. Leave the
+    // runtime alone (and alive); MPI_Finalize then ends the job.
+    new std::shared_ptr<Runtime>(std::move(rt));
+    return;
+  }
+  if (!rt->stopped()) {
+    HVL_LOG(kWarning, "exiting without horovodlite::shutdown(): shutting down and telling the other ranks");
+  }
+  rt->stop(/*exiting=*/true);
+}
 
 std::shared_ptr<Runtime> current() {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -37,9 +65,21 @@ Status check_tensor(const std::string& name, const TensorView& t, const char* wh
     return Status::InvalidArgument(std::string(what) + " of '" + name + "' has an unsupported dtype (" +
                                    std::to_string(static_cast<int>(t.dtype)) + ")");
   }
+  if (t.shape.size() > kMaxDims) {
+    return Status::InvalidArgument(std::string(what) + " of '" + name + "' has " + std::to_string(t.shape.size()) +
+                                   " dimensions; at most " + std::to_string(kMaxDims) + " are supported");
+  }
+  // The element count and the byte size must fit in int64.
+  const int64_t limit = INT64_MAX / static_cast<int64_t>(dtype_size(t.dtype));
+  int64_t elements = 1;
   for (int64_t d : t.shape) {
     if (d < 0) return Status::InvalidArgument(std::string(what) + " of '" + name + "' has a negative dimension " +
                                               shape_string(t.shape));
+    if (d > 0 && elements > limit / d) {
+      return Status::InvalidArgument(std::string(what) + " of '" + name + "' is too large: shape " +
+                                     shape_string(t.shape) + " overflows a 64-bit byte count");
+    }
+    elements *= d;
   }
   if (t.data == nullptr && t.num_elements() > 0) {
     return Status::InvalidArgument(std::string(what) + " of '" + name + "' has no data");
@@ -100,6 +140,7 @@ Status init(const InitOptions& options) {
   std::shared_ptr<Runtime> rt;
   HVL_RETURN_IF_ERROR(Runtime::start(options, &rt));
   g_runtime = std::move(rt);
+  std::call_once(g_atexit_once, [] { std::atexit(shutdown_at_exit); });
   return Status::OK();
 }
 
@@ -142,6 +183,18 @@ const Config& config() {
   static const Config kDefault;
   auto rt = current();
   return rt ? rt->config() : kDefault;
+}
+
+Status start_timeline(const std::string& path, bool mark_cycles) {
+  auto rt = current();
+  if (!rt) return Status::Precondition("horovodlite is not initialized; cannot start a timeline");
+  return rt->start_timeline(path, mark_cycles);
+}
+
+Status stop_timeline() {
+  auto rt = current();
+  if (!rt) return Status::Precondition("horovodlite is not initialized; no timeline to stop");
+  return rt->stop_timeline();
 }
 
 int64_t reducescatter_rows(int64_t dim0, int world_size, int rank) {
@@ -223,6 +276,8 @@ HandlePtr alltoall_async(const std::string& name_in, const TensorView& input, co
       int64_t sum = 0;
       for (int64_t x : sp) {
         if (x < 0) s = Status::InvalidArgument("alltoall '" + name + "': splits must not be negative");
+        else if (x > INT64_MAX - sum) s = Status::InvalidArgument("alltoall '" + name + "': splits overflow");
+        if (!s.ok()) break;
         sum += x;
       }
       if (s.ok() && sum != dim0) {
@@ -230,6 +285,11 @@ HandlePtr alltoall_async(const std::string& name_in, const TensorView& input, co
                                     ", but dim 0 of the tensor is " + std::to_string(dim0));
       }
     }
+  }
+  if (s.ok() && input.num_elements() > INT_MAX) {
+    // MPI_Alltoallv takes int counts and displacements into the input.
+    s = Status::InvalidArgument("alltoall '" + name + "' has " + std::to_string(input.num_elements()) +
+                                " elements; alltoall supports at most 2^31-1 (INT_MAX) elements per rank");
   }
   if (!s.ok()) return failed(name, s);
   auto e = make_entry(OpType::kAlltoall, name, input);

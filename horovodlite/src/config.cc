@@ -1,5 +1,6 @@
 #include "horovodlite/config.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -82,6 +83,28 @@ Status read_log_level(LogLevel* out) {
   return bad(var, v, "one of trace, debug, info, warning, error, fatal");
 }
 
+Status read_bool(const std::string& name, bool* out) {
+  std::string var;
+  const char* v = lookup(name, &var);
+  if (v == nullptr) return Status::OK();
+  std::string s(v);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "yes" || s == "on") {
+    *out = true;
+  } else if (s == "0" || s == "false" || s == "no" || s == "off" || s.empty()) {
+    *out = false;
+  } else {
+    return bad(var, v, "0 or 1 (or true/false, yes/no, on/off)");
+  }
+  return Status::OK();
+}
+
+void read_string(const std::string& name, std::string* out) {
+  std::string var;
+  const char* v = lookup(name, &var);
+  if (v != nullptr) *out = v;
+}
+
 }  // namespace
 
 Status Config::from_env(Config* out) {
@@ -90,6 +113,14 @@ Status Config::from_env(Config* out) {
   HVL_RETURN_IF_ERROR(read_double("CYCLE_TIME", 0.0, 10000.0, &c.cycle_time_ms));
   HVL_RETURN_IF_ERROR(read_int("CACHE_CAPACITY", 0, 1 << 20, &c.cache_capacity));
   HVL_RETURN_IF_ERROR(read_log_level(&c.log_level));
+  HVL_RETURN_IF_ERROR(read_int("RING_THRESHOLD", -1, int64_t(1) << 50, &c.ring_threshold_bytes));
+  HVL_RETURN_IF_ERROR(read_int("RING_SEGMENT_BYTES", 64, int64_t(1) << 30, &c.ring_segment_bytes));
+  HVL_RETURN_IF_ERROR(read_bool("STALL_CHECK_DISABLE", &c.stall_check_disable));
+  HVL_RETURN_IF_ERROR(read_double("STALL_CHECK_TIME_SECONDS", 0.001, 1e7, &c.stall_check_time_s));
+  HVL_RETURN_IF_ERROR(read_double("STALL_SHUTDOWN_TIME_SECONDS", 0.0, 1e7, &c.stall_shutdown_time_s));
+  read_string("TIMELINE", &c.timeline_path);
+  HVL_RETURN_IF_ERROR(read_bool("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
+  HVL_RETURN_IF_ERROR(read_double("PEER_TIMEOUT_SECONDS", 0.0, 1e7, &c.peer_timeout_s));
   *out = c;
   return Status::OK();
 }

@@ -85,6 +85,19 @@ HostAllreduce& Executor::choose(DataType dtype, ReduceOp op, int64_t bytes) {
   return *host_allreduce_.back();
 }
 
+Status Executor::agree(const Status& local, const std::string& name) {
+  // Every rank must learn of a failure before any enters the collective, or the
+  // others would wait in it forever.
+  int ok = local.ok() ? 1 : 0;
+  HVL_RETURN_IF_ERROR(mpi_status(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, mpi_.comm()), "MPI_Allreduce"));
+  if (!local.ok()) return local;
+  if (!ok) {
+    return Status::Aborted("collective on '" + name +
+                           "' failed on another rank (its output was too large or could not be allocated)");
+  }
+  return Status::OK();
+}
+
 Status Executor::execute(const Response& r, const std::vector<TensorEntry*>& entries) {
   switch (r.type) {
     case OpType::kAllreduce:
@@ -127,7 +140,10 @@ Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& e
     } else if (out != e.input.data && total > 0) {
       std::memcpy(out, e.input.data, total * elem);
     }
-    HVL_RETURN_IF_ERROR(impl.run(out, total, r.dtype, op));
+    {
+      ObservedPhase phase(observer_, r, impl.name());
+      HVL_RETURN_IF_ERROR(impl.run(out, total, r.dtype, op));
+    }
     if (post != 1.0) kernels::scale(out, total, r.dtype, post);
     e.handle->set_output(e.output);
     return Status::OK();
@@ -136,18 +152,25 @@ Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& e
   char* buf = static_cast<char*>(fusion_.get(std::max<size_t>(total * elem, 1)));
   if (buf == nullptr) return Status::Internal("out of memory allocating a fusion buffer of " +
                                               std::to_string(total * elem) + " bytes");
-  int64_t off = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const int64_t n = r.tensor_sizes[i];
-    if (entries[i] != nullptr) {
-      kernels::scale_copy(buf + off * elem, entries[i]->input.data, n, r.dtype, pre);
-    } else {
-      std::memset(buf + off * elem, 0, n * elem);  // a joined rank contributes zeros
+  {
+    ObservedPhase phase(observer_, r, "MEMCPY_IN_FUSION_BUFFER");
+    int64_t off = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const int64_t n = r.tensor_sizes[i];
+      if (entries[i] != nullptr) {
+        kernels::scale_copy(buf + off * elem, entries[i]->input.data, n, r.dtype, pre);
+      } else {
+        std::memset(buf + off * elem, 0, n * elem);  // a joined rank contributes zeros
+      }
+      off += n;
     }
-    off += n;
   }
-  HVL_RETURN_IF_ERROR(impl.run(buf, total, r.dtype, op));
-  off = 0;
+  {
+    ObservedPhase phase(observer_, r, impl.name());
+    HVL_RETURN_IF_ERROR(impl.run(buf, total, r.dtype, op));
+  }
+  ObservedPhase phase(observer_, r, "MEMCPY_OUT_FUSION_BUFFER");
+  int64_t off = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const int64_t n = r.tensor_sizes[i];
     if (entries[i] != nullptr) {
@@ -166,16 +189,23 @@ Status Executor::allreduce_fp16(const Response& r, const std::vector<TensorEntry
   if (wire == nullptr) return Status::Internal("out of memory allocating an fp16 fusion buffer");
   HostAllreduce& impl = choose(DataType::kFloat16, op, total * 2);
   last_algorithm_ = impl.name();
-  int64_t off = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const int64_t n = r.tensor_sizes[i];
-    if (entries[i] != nullptr) to_half(wire + off, entries[i]->input.data, n, r.dtype, r.prescale);
-    else std::memset(wire + off, 0, n * 2);  // a joined rank contributes zeros
-    off += n;
+  {
+    ObservedPhase phase(observer_, r, "MEMCPY_IN_FUSION_BUFFER");  // with the conversion to fp16
+    int64_t off = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const int64_t n = r.tensor_sizes[i];
+      if (entries[i] != nullptr) to_half(wire + off, entries[i]->input.data, n, r.dtype, r.prescale);
+      else std::memset(wire + off, 0, n * 2);  // a joined rank contributes zeros
+      off += n;
+    }
   }
-  HVL_RETURN_IF_ERROR(impl.run(wire, total, DataType::kFloat16, op));
+  {
+    ObservedPhase phase(observer_, r, impl.name());
+    HVL_RETURN_IF_ERROR(impl.run(wire, total, DataType::kFloat16, op));
+  }
   const double post = effective_postscale(r, mpi_.size());
-  off = 0;
+  ObservedPhase phase(observer_, r, "MEMCPY_OUT_FUSION_BUFFER");
+  int64_t off = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const int64_t n = r.tensor_sizes[i];
     if (entries[i] != nullptr) {
@@ -197,9 +227,9 @@ Status Executor::allgather(const Response& r, TensorEntry& e) {
     counts[i] = r.tensor_sizes[i] * row;
   }
   std::vector<int> icounts, displs;
-  HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, counts, &icounts, &displs));
+  HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, counts, &icounts, &displs));  // the same on every rank
   TensorView out;
-  HVL_RETURN_IF_ERROR(e.allocate(with_dim0(in_shape, rows), &out));
+  HVL_RETURN_IF_ERROR(agree(e.allocate(with_dim0(in_shape, rows), &out), e.request.name));
   MPI_Datatype t = MpiContext::move_type(r.dtype);
   int rc = MPI_Allgatherv(e.input.data, icounts[mpi_.rank()], t, out.data, icounts.data(), displs.data(), t,
                           mpi_.comm());
@@ -239,10 +269,11 @@ Status Executor::alltoall(const Response& r, TensorEntry& e) {
     rows += recv_splits[i];
   }
   std::vector<int> sc, sd, rcnt, rd;
-  HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, send_counts, &sc, &sd));
-  HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, recv_counts, &rcnt, &rd));
+  Status local = to_int_counts(e.request.name, send_counts, &sc, &sd);
+  if (local.ok()) local = to_int_counts(e.request.name, recv_counts, &rcnt, &rd);
   TensorView out;
-  HVL_RETURN_IF_ERROR(e.allocate(with_dim0(e.input.shape, rows), &out));
+  if (local.ok()) local = e.allocate(with_dim0(e.input.shape, rows), &out);
+  HVL_RETURN_IF_ERROR(agree(local, e.request.name));
   MPI_Datatype t = MpiContext::move_type(r.dtype);
   rc = MPI_Alltoallv(e.input.data, sc.data(), sd.data(), t, out.data, rcnt.data(), rd.data(), t, mpi_.comm());
   HVL_RETURN_IF_ERROR(mpi_status(rc, "MPI_Alltoallv"));
@@ -262,7 +293,8 @@ Status Executor::reducescatter(const Response& r, TensorEntry& e) {
   std::vector<int> icounts, displs;
   HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, counts, &icounts, &displs));
   TensorView out;
-  HVL_RETURN_IF_ERROR(e.allocate(with_dim0(shape, reducescatter_rows(shape[0], size, mpi_.rank())), &out));
+  HVL_RETURN_IF_ERROR(
+      agree(e.allocate(with_dim0(shape, reducescatter_rows(shape[0], size, mpi_.rank())), &out), e.request.name));
   char* tmp = static_cast<char*>(fusion_.get(std::max<size_t>(total * elem, 1)));
   if (tmp == nullptr) return Status::Internal("out of memory allocating a reducescatter buffer");
   kernels::scale_copy(tmp, e.input.data, total, r.dtype, r.prescale);

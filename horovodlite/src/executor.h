@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "entry.h"
+#include "execution_observer.h"
 #include "fusion_buffer.h"
 #include "horovodlite/config.h"
 #include "message.h"
@@ -24,6 +25,9 @@ class Executor {
 
   // The name of the collective the last allreduce used (for the timeline).
   const char* last_algorithm() const { return last_algorithm_; }
+  // Receives the phases of each execution (the timeline's fusion-buffer copies
+  // and collective); nullptr for none.
+  void set_observer(ExecutionObserver* observer) { observer_ = observer; }
 
  private:
   Status allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
@@ -33,12 +37,17 @@ class Executor {
   Status alltoall(const Response& r, TensorEntry& e);
   Status reducescatter(const Response& r, TensorEntry& e);
   HostAllreduce& choose(DataType dtype, ReduceOp op, int64_t bytes);
+  // Agrees on whether every rank is ready for a collective whose preparation can
+  // fail on some ranks only (output allocation, size limits): returns `local` if
+  // it failed here, an error if it failed elsewhere, OK if it succeeded everywhere.
+  Status agree(const Status& local, const std::string& name);
 
   MpiContext& mpi_;
   const Config& config_;
   std::vector<std::unique_ptr<HostAllreduce>> host_allreduce_;
   FusionBuffer fusion_;
   const char* last_algorithm_ = "";
+  ExecutionObserver* observer_ = nullptr;
 };
 
 }  // namespace horovodlite

@@ -14,11 +14,15 @@
 
 #include "coordinator.h"
 #include "entry.h"
+#include "execution_observer.h"
 #include "executor.h"
 #include "horovodlite/config.h"
 #include "horovodlite/horovodlite.h"
 #include "mpi_context.h"
 #include "response_cache.h"
+#include "stall_inspector.h"
+#include "timeline.h"
+#include "watchdog.h"
 
 namespace horovodlite {
 
@@ -31,7 +35,20 @@ class Runtime {
   // error if the name is in flight or the runtime has stopped).
   HandlePtr enqueue(std::unique_ptr<TensorEntry> entry);
   // Asks every rank to stop (through the next cycle) and joins the thread.
-  Status stop();
+  // exiting: the process is exiting without shutdown(); the other ranks' ops
+  // fail with a message naming this rank.
+  Status stop(bool exiting = false);
+  // Whether the runtime has stopped (shut down here or by a peer, or failed).
+  bool stopped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopped_;
+  }
+  // Whether the caller is the background thread (which cannot join itself).
+  bool on_background_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+  // Rank 0 writes the timeline; on other ranks these succeed and do nothing.
+  Status start_timeline(const std::string& path, bool mark_cycles);
+  Status stop_timeline();
 
   const MpiContext& mpi() const { return mpi_; }
   const Config& config() const { return config_; }
@@ -43,9 +60,28 @@ class Runtime {
   // One negotiation cycle; false once the runtime has shut down.
   bool cycle();
   Status negotiate(std::vector<Response>* out);
-  void run(const Response& response);
+  void run(const Response& response, std::chrono::steady_clock::time_point ready);
   void cache_negotiated(const std::vector<Response>& negotiated);
   void abort_all(const Status& status);
+  // Rank 0: warns about stalled names; queues errors for names past the shutdown time.
+  void inspect_stalls(std::chrono::steady_clock::time_point now);
+  // The message ops in flight complete with when the job shuts down.
+  std::string shutdown_message(const std::vector<int>& requesters, const std::vector<int>& exiting) const;
+  // The watchdog fired: a peer died or hung. Fails every op and aborts the job.
+  void on_peer_timeout(const std::string& step, double waited_s);
+
+  // Times the executor's phases for the timeline.
+  class TimelineObserver : public ExecutionObserver {
+   public:
+    explicit TimelineObserver(Timeline& timeline) : timeline_(timeline) {}
+    void phase_start(const Response& response, const char* phase) override;
+    void phase_end(const Response& response, const char* phase) override;
+    bool saw_phase = false;
+
+   private:
+    Timeline& timeline_;
+    std::chrono::steady_clock::time_point start_;
+  };
 
   Config config_;
   MpiContext mpi_;
@@ -58,11 +94,24 @@ class Runtime {
   std::vector<Request> queue_;
   std::unordered_map<std::string, std::unique_ptr<TensorEntry>> table_;
   bool shutdown_requested_ = false;
+  bool exiting_ = false;
   bool stopped_ = false;
   Status stop_reason_;
 
+  Timeline timeline_;  // internally synchronised (start/stop from any thread)
+  TimelineObserver observer_{timeline_};
+  std::unique_ptr<StallInspector> stall_;
+  std::unique_ptr<Watchdog> watchdog_;
+
   // Background thread only.
-  std::vector<Request> pending_cached_;
+  struct Waiting {
+    Request request;
+    std::chrono::steady_clock::time_point since;  // when this rank's thread first saw it
+  };
+  std::vector<Waiting> pending_cached_;
+  std::vector<Response> stall_failures_;  // rank 0: errors to send with the next negotiation
+  bool stall_shutdown_ = false;           // rank 0: stall errors go out, then shut down
+  std::string stall_reason_;              // why a stall shutdown happens (every rank)
   std::vector<Request> uncached_;
   bool joined_ = false;
   std::string send_buf_, recv_buf_;

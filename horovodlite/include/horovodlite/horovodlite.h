@@ -33,6 +33,9 @@ struct InitOptions {
 Status init(const InitOptions& options = {});
 // Stops the background thread on every rank (collective: all ranks must call it).
 // Ops still in flight complete with an "shut down" (kAborted) error.
+// A process that exits (returns from main, calls exit()) while initialised is shut
+// down at exit: its peers' ops then fail with a message naming the exiting rank
+// instead of waiting for it for ever. See docs/reliability.md.
 Status shutdown();
 bool is_initialized();
 
@@ -114,5 +117,16 @@ Stats stats();
 
 // The configuration in force (valid while initialised).
 const Config& config();
+
+// ---- timeline ----
+// Starts writing a Chrome-trace JSON timeline (chrome://tracing, Perfetto) to
+// `path`; rank 0 writes it, other ranks accept the call and do nothing. Also
+// started at init by HOROVODLITE_TIMELINE=<path> (and _MARK_CYCLES=1). Starting
+// while a timeline is active is OK with the same path, kPrecondition otherwise.
+// kPrecondition when not initialised; kInvalidArgument if the file cannot be opened.
+Status start_timeline(const std::string& path, bool mark_cycles = false);
+// Completes the file (valid JSON) and stops writing. OK when none is active.
+// shutdown() also stops the timeline.
+Status stop_timeline();
 
 }  // namespace horovodlite

@@ -1,0 +1,28 @@
+#include "ops/ring_backend.h"
+
+namespace horovodlite {
+
+RingBackend::RingBackend(const MpiContext& mpi, const Config& config) : threshold_(config.ring_threshold_bytes) {
+  if (threshold_ < 0 || mpi.size() < 2) return;
+  MPI_Comm_dup(mpi.comm(), &comm_);  // collective: every rank builds the same backends
+  RingAllreduceOptions options;
+  options.segment_bytes = config.ring_segment_bytes;
+  ring_ = std::make_unique<RingAllreduce>(comm_, options);
+}
+
+RingBackend::~RingBackend() {
+  ring_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+bool RingBackend::enabled(DataType, ReduceOp op, int64_t bytes) const {
+  return ring_ != nullptr && bytes >= threshold_ && op != ReduceOp::kAdasum;
+}
+
+Status RingBackend::run(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+  return ring_->run(buffer, count, dtype, op);
+}
+
+}  // namespace horovodlite

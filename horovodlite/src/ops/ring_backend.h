@@ -1,0 +1,26 @@
+#pragma once
+
+#include "mpi_context.h"
+#include "ops/host_allreduce.h"
+#include "ops/ring_allreduce.h"
+
+namespace horovodlite {
+
+// Our segmented, pipelined ring (ops/ring_allreduce.h) as a HostAllreduce, on a
+// communicator of its own so that its tags never meet other traffic. Enabled for
+// messages of at least the configured ring threshold, on two or more ranks.
+class RingBackend : public HostAllreduce {
+ public:
+  RingBackend(const MpiContext& mpi, const Config& config);
+  ~RingBackend() override;
+  const char* name() const override { return "RING_ALLREDUCE"; }
+  bool enabled(DataType dtype, ReduceOp op, int64_t bytes) const override;
+  Status run(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int64_t threshold_;
+  std::unique_ptr<RingAllreduce> ring_;
+};
+
+}  // namespace horovodlite

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs failure_app under mpirun with one rank failing in a given way and checks
+# that the job ends within the bound, with a non-zero exit, naming the lost rank.
+#   run_failure.sh <mpiexec> <np> <failure_app> <mode> <expected text> <bound s> [timeline_check]
+# A hang fails the test through `timeout`. Prints the measured time from the
+# failure to the end of the job (the figure docs/reliability.md quotes).
+set -u
+MPIEXEC=$1 NP=$2 APP=$3 MODE=$4 EXPECT=$5 BOUND=$6 CHECK=${7:-}
+LOG=$(mktemp /tmp/hvl_failure_XXXXXX.log)
+TIMELINE=""
+if [ -n "$CHECK" ]; then
+  TIMELINE=$(mktemp /tmp/hvl_failure_timeline_XXXXXX.json)
+  export HOROVODLITE_TIMELINE=$TIMELINE
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+timeout -s KILL $((BOUND + 60)) "$MPIEXEC" -np "$NP" --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
+  --mca btl ^openib "$APP" "$MODE" >"$LOG" 2>&1
+RC=$?
+END=$(date +%s.%N)
+cat "$LOG"
+FAILED_AT=$(grep -m1 -o 'FAILING_AT [0-9.]*' "$LOG" | awk '{print $2}')
+ok=1
+if [ "$RC" -eq 0 ]; then echo "FAIL: the job exited 0"; ok=0; fi
+if [ "$RC" -eq 137 ] && [ -z "$FAILED_AT" ]; then echo "FAIL: killed by timeout (a hang)"; ok=0; fi
+if [ -z "$FAILED_AT" ]; then echo "FAIL: the failing rank never reached its failure point"; ok=0; fi
+if ! grep -qF -- "$EXPECT" "$LOG"; then echo "FAIL: no message containing: $EXPECT"; ok=0; fi
+if [ -n "$FAILED_AT" ]; then
+  ELAPSED=$(awk -v a="$END" -v b="$FAILED_AT" 'BEGIN{printf "%.1f", a-b}')
+  echo "MEASURED: mode $MODE np $NP: job ended ${ELAPSED} s after the failure (exit $RC, bound ${BOUND} s)"
+  if awk -v e="$ELAPSED" -v b="$BOUND" 'BEGIN{exit !(e > b)}'; then echo "FAIL: over the bound"; ok=0; fi
+fi
+if [ -n "$CHECK" ]; then
+  "$CHECK" "$TIMELINE" || ok=0
+  rm -f "$TIMELINE"
+fi
+rm -f "$LOG"
+[ "$ok" -eq 1 ] && echo PASS && exit 0
+exit 1
