@@ -35,6 +35,7 @@ struct Flags {
   std::string optimizer = "sgd";
   bool fp16 = false;
   int accumulation_steps = 1;
+  int checkpoint_segments = 0;
   std::string save_path;
   std::string resume_path;
   int threads = 0;
@@ -69,18 +70,25 @@ std::pair<Dataset, Dataset> make_datasets(const Flags& f) {
   return {train, test};
 }
 
+// An MLP, 32 -> 128 -> 64 -> 10, as a Sequential so that activation
+// checkpointing can split it into segments.
 struct NetImpl : torch::nn::Module {
-  NetImpl() {
-    fc1 = register_module("fc1", torch::nn::Linear(kFeatures, 128));
-    fc2 = register_module("fc2", torch::nn::Linear(128, 64));
-    fc3 = register_module("fc3", torch::nn::Linear(64, kClasses));
+  explicit NetImpl(int checkpoint_segments = 0) : checkpoint_segments(checkpoint_segments) {
+    layers = register_module("layers", torch::nn::Sequential(torch::nn::Linear(kFeatures, 128), torch::nn::ReLU(),
+                                                             torch::nn::Linear(128, 64), torch::nn::ReLU(),
+                                                             torch::nn::Linear(64, kClasses)));
   }
   torch::Tensor forward(torch::Tensor x) {
-    x = torch::relu(fc1(x));
-    x = torch::relu(fc2(x));
-    return fc3(x);
+    // Training with --checkpoint-segments N: keep only the segments' inputs and
+    // recompute the rest during backward (each parameter's gradient still
+    // accumulates once, so the DistributedOptimizer's hooks fire once).
+    if (checkpoint_segments > 0 && is_training() && torch::GradMode::is_enabled()) {
+      return hvd::checkpoint_sequential(layers, checkpoint_segments, x);
+    }
+    return layers->forward(x);
   }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+  torch::nn::Sequential layers{nullptr};
+  int checkpoint_segments;
 };
 TORCH_MODULE(Net);
 
@@ -106,6 +114,7 @@ Flags parse_flags(int argc, char** argv) {
     ("optimizer", "sgd (momentum 0.9), adam, adamw, rmsprop or adagrad", cxxopts::value<std::string>()->default_value("sgd"))
     ("fp16", "Send gradients as float16 (compression)", cxxopts::value<bool>()->default_value("false"))
     ("accumulation-steps", "Backward passes per optimizer step (backward_passes_per_step)", cxxopts::value<int>()->default_value("1"))
+    ("checkpoint-segments", "Activation checkpointing: run the MLP as N checkpointed segments (0: off; at most 5)", cxxopts::value<int>()->default_value("0"))
     ("save", "Rank 0 saves model and optimizer here after each epoch", cxxopts::value<std::string>()->default_value(""))
     ("resume", "Rank 0 loads a checkpoint saved with --save and broadcasts it", cxxopts::value<std::string>()->default_value(""))
     ("threads", "Intra-op threads per rank (default: hardware threads / ranks on this node)", cxxopts::value<int>()->default_value("0"))
@@ -125,12 +134,16 @@ Flags parse_flags(int argc, char** argv) {
   f.optimizer = r["optimizer"].as<std::string>();
   f.fp16 = r["fp16"].as<bool>();
   f.accumulation_steps = r["accumulation-steps"].as<int>();
+  f.checkpoint_segments = r["checkpoint-segments"].as<int>();
   f.save_path = r["save"].as<std::string>();
   f.resume_path = r["resume"].as<std::string>();
   f.threads = r["threads"].as<int>();
   f.seed = r["seed"].as<uint64_t>();
   f.train_samples = r["train-samples"].as<int64_t>();
   f.test_samples = r["test-samples"].as<int64_t>();
+  if (f.checkpoint_segments < 0 || f.checkpoint_segments > 5) {
+    throw std::invalid_argument("--checkpoint-segments must be between 0 and 5 (the MLP has 5 modules)");
+  }
   if (f.epochs < 0 || f.batch_size < 1 || f.accumulation_steps < 1 || f.train_samples < 1 || f.test_samples < 1) {
     throw std::invalid_argument("--epochs must be >= 0; --batch-size, --accumulation-steps and the sample counts >= 1");
   }
@@ -219,7 +232,7 @@ int run(int argc, char** argv) {
   const Dataset& train = data.first;
   const Dataset& test = data.second;
 
-  Net model;
+  Net model(f.checkpoint_segments);
   auto base = make_optimizer(f.optimizer, model->parameters(), f.lr);
   // Horovod's convention: the learning rate grows with the number of ranks.
   for (auto& group : base->param_groups()) group.options().set_lr(group.options().get_lr() * size);
@@ -237,9 +250,9 @@ int run(int argc, char** argv) {
   }
   if (rank == 0) {
     std::printf("train: %d ranks, %d threads each, optimizer %s (lr %g), batch %lld per rank, %d accumulation "
-                "steps, fp16 %s, %lld train / %lld test samples\n",
+                "steps, fp16 %s, checkpoint segments %d, %lld train / %lld test samples\n",
                 size, threads, f.optimizer.c_str(), base->param_groups()[0].options().get_lr(),
-                static_cast<long long>(f.batch_size), f.accumulation_steps, f.fp16 ? "on" : "off",
+                static_cast<long long>(f.batch_size), f.accumulation_steps, f.fp16 ? "on" : "off", f.checkpoint_segments,
                 static_cast<long long>(train.size()), static_cast<long long>(test.size()));
     if (!f.resume_path.empty()) std::printf("resumed from %s after epoch %d\n", f.resume_path.c_str(), first_epoch);
     std::fflush(stdout);

@@ -108,8 +108,11 @@ AllreduceOptions allreduce_options(int op, double prescale, double postscale) {
 }
 
 PyHandle allreduce_async(const at::Tensor& tensor, const std::string& name, int op, double prescale,
-                         double postscale, bool in_place) {
+                         double postscale, bool in_place, bool fp16_wire) {
   AllreduceOptions options = allreduce_options(op, prescale, postscale);
+  // fp16_wire: float32/float64 are converted to fp16 inside the core while being
+  // packed for the wire (no fp16 copy of the tensor), and restored on the way out.
+  if (fp16_wire) options.compression = horovodlite::Compression::kFp16;
   return PyHandle(in_place ? torch::allreduce_async_(tensor, name, options)
                            : torch::allreduce_async(tensor, name, options));
 }
@@ -216,7 +219,8 @@ PYBIND11_MODULE(_C, m) {
 
   // ---- collectives; each returns a Handle at once ----
   m.def("allreduce_async", &allreduce_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
-        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"));
+        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"),
+        py::arg("fp16_wire") = false);
   m.def("allgather_async", [](const at::Tensor& t, const std::string& name) {
     return PyHandle(hvt::allgather_async(t, name));
   }, py::arg("tensor"), py::arg("name"));

@@ -135,24 +135,14 @@ void DistributedOptimizer::start_allreduce(Param& p) {
     ar.prescale_factor = 1.0 / options_.gradient_predivide_factor;
     ar.postscale_factor = options_.gradient_predivide_factor;
   }
-  const bool compress = options_.compression == Compression::kFP16 && at::isFloatingType(grad.scalar_type()) &&
-                        grad.scalar_type() != at::kHalf;
-  if (compress) {
-    p.compressed = grad.to(at::kHalf).contiguous();
-    p.handle = allreduce_async_(p.compressed, p.name, ar);
-  } else {
-    p.compressed = at::Tensor();
-    p.handle = allreduce_async_(grad, p.name, ar);
-  }
+  // fp16 compression happens inside the core: float32/float64 gradients are
+  // converted while being packed into the fusion buffer and restored on the way
+  // out, with no extra tensor per gradient.
+  if (options_.compression == Compression::kFP16) ar.compression = horovodlite::Compression::kFp16;
+  p.handle = allreduce_async_(grad, p.name, ar);
 }
 
-void DistributedOptimizer::finish_allreduce(Param& p) {
-  p.handle.synchronize();
-  if (p.compressed.defined()) {
-    at::NoGradGuard no_grad;
-    p.tensor.mutable_grad().copy_(p.compressed);
-  }
-}
+void DistributedOptimizer::finish_allreduce(Param& p) { p.handle.synchronize(); }
 
 void DistributedOptimizer::synchronize() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -184,7 +174,6 @@ void DistributedOptimizer::synchronize() {
       remember(e, StatusCode::kInternal);
     }
     p.handle = AsyncHandle();
-    p.compressed = at::Tensor();
     p.delay = options_.backward_passes_per_step;
   }
   if (first_code != StatusCode::kOk) throw HorovodError(first_code, first_error);

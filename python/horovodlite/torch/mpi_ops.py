@@ -142,12 +142,13 @@ def _check_op(op, what):
 
 # -------------------------------------------------------------- allreduce ----
 
-def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, in_place, what):
+def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, in_place, what,
+                     fp16_wire=False):
     _check_tensor(tensor, what)
     check_global(process_set, what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
-    part = _C.allreduce_async(tensor, _name(name, what), op, pre, post, in_place)
+    part = _C.allreduce_async(tensor, _name(name, what), op, pre, post, in_place, fp16_wire)
     return _Handle([part], _single)
 
 

@@ -25,8 +25,8 @@ import torch
 from horovodlite.common.process_sets import global_process_set, check_global
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
-from horovodlite.torch.mpi_ops import (Average, Adasum, Sum, allreduce_async, grouped_allreduce_async,  # noqa: F401
-                                       synchronize, size)
+from horovodlite.torch.mpi_ops import (Average, Adasum, Sum, _allreduce_async, allreduce_async,  # noqa: F401
+                                       grouped_allreduce_async, synchronize, size)
 
 _BACKWARD_CODE = torch.autograd.backward.__code__
 
@@ -193,8 +193,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if not self.sparse_as_dense:
                 raise ValueError("horovodlite: sparse gradient for %s; use sparse_as_dense=True" % name)
             tensor = tensor.to_dense()
-        compressed, ctx = self._compression.compress(tensor)
         pre, post = self._scale_factors()
+        if self._compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64):
+            # The built-in fp16 compressor runs inside the core: the gradient is
+            # converted while being packed for the wire and restored on the way out,
+            # so no fp16 copy is made here; the result already has the grad's dtype.
+            handle = _allreduce_async(tensor, name, self.op, pre, post, self.process_set, False,
+                                      "DistributedOptimizer", fp16_wire=True)
+            return _Pending(handle, tensor.dtype)  # FP16Compressor.decompress(x, dtype): a no-op cast
+        compressed, ctx = self._compression.compress(tensor)
         # Out of place, so that p.grad is only read while the allreduce runs.
         handle = allreduce_async(compressed, name=name, op=self.op, prescale_factor=pre,
                                  postscale_factor=post, process_set=self.process_set)

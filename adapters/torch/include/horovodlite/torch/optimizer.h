@@ -83,7 +83,6 @@ class DistributedOptimizer {
     uintptr_t hook_key = 0;
     int delay = 0;  // backward passes left before the allreduce starts
     AsyncHandle handle;
-    at::Tensor compressed;  // the fp16 copy on the wire, when compressing
   };
 
   void register_hooks(const NamedTensors& named_parameters);
