@@ -41,6 +41,12 @@ def _forward(model, x, mode):
     raise ValueError(mode)
 
 
+def _assert_ranks_identical(model, what):
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).unsqueeze(0)
+    gathered = hvd.allgather(flat)
+    assert torch.equal(gathered, flat.expand_as(gathered)), "ranks' parameters differ after " + what
+
+
 def _train(mode, size, rank, steps=3, passes=1, opt_name="sgd", op=None, compression=None):
     model = _mlp()
     reference = copy.deepcopy(model)
@@ -64,6 +70,7 @@ def _train(mode, size, rank, steps=3, passes=1, opt_name="sgd", op=None, compres
             loss = torch.nn.functional.mse_loss(_forward(model, x, mode), y) / passes
             loss.backward()
         opt.step()
+        _assert_ranks_identical(model, "step %d (mode=%s, passes=%d)" % (s, mode, passes))
         # reference: one process, all ranks' rows, same total loss scaling
         ref_opt.zero_grad()
         for k in range(passes):
@@ -73,7 +80,7 @@ def _train(mode, size, rank, steps=3, passes=1, opt_name="sgd", op=None, compres
     return model, reference
 
 
-@pytest.mark.parametrize("mode", ["plain", "reentrant", "nonreentrant", "seq2", "seq3"])
+@pytest.mark.parametrize("mode", ["plain", "reentrant", "nonreentrant", "seq2", "seq3", "seq4"])
 @pytest.mark.parametrize("passes", [1, 2])
 def test_matches_single_process(mode, passes, size, rank):
     model, reference = _train(mode, size, rank, passes=passes)
@@ -90,6 +97,15 @@ def test_adam_and_sum_op(size, rank):
     model, reference = _train("plain", size, rank, op=hvd.Sum)
     for p, q in zip(model.parameters(), reference.parameters()):
         assert torch.allclose(p, q, **TOL)
+
+
+@pytest.mark.parametrize("mode", ["reentrant", "nonreentrant", "seq2", "seq4"])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_checkpointing_with_fp16_compression(mode, passes, size, rank):
+    model, reference = _train(mode, size, rank, passes=passes, compression=hvd.Compression.fp16)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert p.dtype == torch.float64
+        assert torch.allclose(p, q, rtol=1e-2, atol=1e-2)
 
 
 def test_fp16_compression_close(size, rank):
