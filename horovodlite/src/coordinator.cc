@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 namespace horovodlite {
@@ -224,6 +225,13 @@ std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t th
   int64_t back_bytes = 0;
   for (const Response& r : in) {
     const int64_t bytes = r.type == OpType::kAllreduce ? response_bytes(r) : 0;
+    if (bytes >= kFuseAloneBytes) {
+      // Large enough to amortise a collective's start-up on its own: reduced in
+      // place, without the two copies through the fusion buffer.
+      out.push_back(r);
+      back_bytes = std::numeric_limits<int64_t>::max() / 2;  // nothing joins it either
+      continue;
+    }
     if (!out.empty() && threshold_bytes > 0 && r.type == OpType::kAllreduce) {
       Response& b = out.back();
       if (b.type == OpType::kAllreduce && b.dtype == r.dtype && b.device == r.device && b.reduce_op == r.reduce_op &&

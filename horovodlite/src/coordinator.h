@@ -55,8 +55,13 @@ class Coordinator {
   int last_joined_ = -1;
 };
 
-// Merges consecutive allreduce responses with the same dtype, device, reduce op
-// and scale factors while the fused size stays <= threshold_bytes (0: no fusion).
+// Tensors of at least this many bytes are never fused: the copies into and out of
+// the fusion buffer would cost more than a collective of their own.
+constexpr int64_t kFuseAloneBytes = int64_t(1) << 20;
+
+// Merges consecutive allreduce responses with the same dtype, device, reduce op,
+// scale factors and compression while the fused size stays <= threshold_bytes (0:
+// no fusion); tensors of kFuseAloneBytes or more stay on their own.
 std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes);
 
 int64_t response_bytes(const Response& r);

@@ -110,6 +110,13 @@ TEST(Fusion, MergesOnlyCompatibleNeighboursUpToTheThreshold) {
   EXPECT_EQ(out[1].names, (std::vector<std::string>{"c", "d"}));
   EXPECT_EQ(fuse_responses(in, 0).size(), 4u);
   EXPECT_EQ(fuse_responses(in, 100).size(), 3u);
+  // A large tensor is reduced on its own, and nothing joins it.
+  std::vector<Response> big = {ar("s1", 10, DataType::kFloat32), ar("big", kFuseAloneBytes / 4, DataType::kFloat32),
+                               ar("s2", 10, DataType::kFloat32), ar("s3", 10, DataType::kFloat32)};
+  auto fused = fuse_responses(big, int64_t(1) << 30);
+  ASSERT_EQ(fused.size(), 3u);
+  EXPECT_EQ(fused[1].names, std::vector<std::string>{"big"});
+  EXPECT_EQ(fused[2].names, (std::vector<std::string>{"s2", "s3"}));
 }
 
 TEST(Coordinator, ReadyOnlyWhenEveryRankAskedAndMismatchNamesRanks) {
