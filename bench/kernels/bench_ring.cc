@@ -1,4 +1,6 @@
-// RingAllreduce against MPI_Allreduce (in place, float32 sum).
+// RingAllreduce against MPI_Allreduce (in place, float32 sum), and the two
+// fp16-compressed variants: the old three passes (whole buffer to fp16, ring on
+// fp16, back to float32) and run_fp16_wire (fp16 only on the wire).
 // Usage: mpirun -np N bench_ring [MiB=64] [iterations=10] [segment_bytes=0 (default)] [depth=0 (default)]
 // Prints, on rank 0, the median and best time over iterations (each the
 // slowest rank's), algbw = bytes / time and busbw = algbw * 2 (N - 1) / N.
@@ -10,6 +12,7 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/reduce.h"
 #include "ops/ring_allreduce.h"
 
 using horovodlite::DataType;
@@ -64,6 +67,18 @@ int main(int argc, char** argv) {
     const auto s = ring.run(buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
     if (!s.ok()) MPI_Abort(comm, 1);
   });
+  std::vector<uint16_t> half(count);
+  const Timing t_three_pass = time_runs(iterations, comm, [&] {
+    horovodlite::kernels::float_to_half_n(half.data(), buf.data(), count);
+    const auto s = ring.run(half.data(), count, DataType::kFloat16, ReduceOp::kSum);
+    if (!s.ok()) MPI_Abort(comm, 1);
+    horovodlite::kernels::half_to_float_n(buf.data(), half.data(), count);
+  });
+  std::fill(buf.begin(), buf.end(), 1.0f);
+  const Timing t_wire = time_runs(iterations, comm, [&] {
+    const auto s = ring.run_fp16_wire(buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    if (!s.ok()) MPI_Abort(comm, 1);
+  });
   if (rank == 0) {
     const double bytes = static_cast<double>(count) * 4;
     const double bus = 2.0 * (size - 1) / size;
@@ -76,8 +91,12 @@ int main(int argc, char** argv) {
     };
     line("MPI_Allreduce", t_mpi);
     line("RingAllreduce", t_ring);
+    line("fp16 3-pass", t_three_pass);
+    line("fp16 wire", t_wire);
     std::printf("  ring / MPI busbw: median %.2fx, best %.2fx\n", t_mpi.median / t_ring.median,
                 t_mpi.best / t_ring.best);
+    std::printf("  fp16 wire speed-up over ring (float32): median %.2fx, best %.2fx; over 3-pass: median %.2fx\n",
+                t_ring.median / t_wire.median, t_ring.best / t_wire.best, t_three_pass.median / t_wire.median);
   }
   MPI_Comm_free(&comm);
   MPI_Finalize();

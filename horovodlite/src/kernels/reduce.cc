@@ -142,7 +142,67 @@ void scale_16(void* dst, const void* src, int64_t n, float factor) {
   for (int64_t i = 0; i < n; ++i) d[i] = FromFloat(ToFloat(s[i]) * factor);
 }
 
+// fp16 wire: dst (float or double) (op)= widen(src), optionally rounded to
+// half and/or written out as half. Element by element, so out == src is fine.
+template <class T>
+inline uint16_t to_half(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return float_to_half_scalar(x);
+  } else {
+    return double_to_half_scalar(x);
+  }
+}
+
+template <class T, bool kRound, bool kOut, class F>
+void reduce_half_loop(T* d, const uint16_t* s, uint16_t* out, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T r = f(d[i], static_cast<T>(half_to_float_scalar(s[i])));
+    if constexpr (kRound || kOut) {
+      const uint16_t h = to_half(r);
+      d[i] = kRound ? static_cast<T>(half_to_float_scalar(h)) : r;
+      if constexpr (kOut) out[i] = h;
+    } else {
+      d[i] = r;
+    }
+  }
+}
+
+template <class T, class F>
+void reduce_half_modes(T* d, const uint16_t* s, uint16_t* out, int64_t n, bool round, F f) {
+  if (round) {
+    if (out) return reduce_half_loop<T, true, true>(d, s, out, n, f);
+    return reduce_half_loop<T, true, false>(d, s, out, n, f);
+  }
+  if (out) return reduce_half_loop<T, false, true>(d, s, out, n, f);
+  return reduce_half_loop<T, false, false>(d, s, out, n, f);
+}
+
+template <class T>
+void reduce_half_typed(void* dst, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op, bool round) {
+  T* d = static_cast<T*>(dst);
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return reduce_half_modes(d, s, out, n, round, op_sum<T>);
+    case ReduceOp::kMin:
+      return reduce_half_modes(d, s, out, n, round, op_min<T>);
+    case ReduceOp::kMax:
+      return reduce_half_modes(d, s, out, n, round, op_max<T>);
+    case ReduceOp::kProduct:
+      return reduce_half_modes(d, s, out, n, round, op_product<T>);
+    default:
+      return;
+  }
+}
+
 }  // namespace
+
+void scalar_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                             ReduceOp op, bool round_dst) {
+  if (count <= 0) return;
+  if (dtype == DataType::kFloat32) return reduce_half_typed<float>(dst, src, out, count, op, round_dst);
+  if (dtype == DataType::kFloat64) return reduce_half_typed<double>(dst, src, out, count, op, round_dst);
+}
 
 void scalar_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
   if (count <= 0) return;
@@ -324,6 +384,35 @@ void half_to_double_n(double* dst, const uint16_t* src, int64_t count) {
   if (cpu_has_avx2_f16c()) return detail::avx2_half_to_double_n(dst, src, count);
 #endif
   detail::scalar_half_to_double_n(dst, src, count);
+}
+
+void to_half_n(uint16_t* out, const void* src, int64_t count, DataType dtype) {
+  if (count <= 0) return;
+  if (dtype == DataType::kFloat32) return float_to_half_n(out, static_cast<const float*>(src), count);
+  if (dtype == DataType::kFloat64) return double_to_half_n(out, static_cast<const double*>(src), count);
+}
+
+void from_half_n(void* dst, const uint16_t* src, int64_t count, DataType dtype) {
+  if (count <= 0) return;
+  if (dtype == DataType::kFloat32) return half_to_float_n(static_cast<float*>(dst), src, count);
+  if (dtype == DataType::kFloat64) return half_to_double_n(static_cast<double*>(dst), src, count);
+}
+
+void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype) {
+  if (count <= 0) return;
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_from_half_n_streaming(dst, src, count, dtype);
+#endif
+  from_half_n(dst, src, count, dtype);
+}
+
+void reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype, ReduceOp op,
+                      bool round_dst) {
+  if (count <= 0) return;
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_reduce_half_into(dst, src, out, count, dtype, op, round_dst);
+#endif
+  detail::scalar_reduce_half_into(dst, src, out, count, dtype, op, round_dst);
 }
 
 }  // namespace kernels

@@ -52,6 +52,24 @@ void half_to_float_n(float* dst, const uint16_t* src, int64_t count);
 void double_to_half_n(uint16_t* dst, const double* src, int64_t count);
 void half_to_double_n(double* dst, const uint16_t* src, int64_t count);
 
+// fp16-on-the-wire kernels: a float32 or float64 buffer (dtype kFloat32 or
+// kFloat64; any other dtype is a no-op) exchanged as IEEE binary16. Rounding to
+// half follows the rules above (double rounds once, not via float).
+// to_half_n:   out[i] = half(src[i]).
+// from_half_n: dst[i] = widen(src[i]) (exact).
+// reduce_half_into: dst[i] = dst[i] (op) widen(src[i]), computed in dst's type;
+//   then, if `round_dst`, dst[i] = widen(half(dst[i])) (so that dst holds
+//   exactly what a receiver of the half gets); then, if `out` is non-null,
+//   out[i] = half(dst[i]). `out` may equal `src` (in place) but must not
+//   overlap it otherwise. Average reduces as Sum.
+void to_half_n(uint16_t* out, const void* src, int64_t count, DataType dtype);
+void from_half_n(void* dst, const uint16_t* src, int64_t count, DataType dtype);
+// Same values as from_half_n, stored with non-temporal (streaming) stores on
+// the vector path: for large destinations that will not be read again soon.
+void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype);
+void reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype, ReduceOp op,
+                      bool round_dst);
+
 // Whether the vectorised AVX2/F16C paths are in use on this CPU.
 bool cpu_has_avx2_f16c();
 

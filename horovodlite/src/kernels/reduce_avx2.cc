@@ -320,6 +320,102 @@ inline __m128 pd_to_ps_round_odd(__m256d x) {
   return _mm_castsi128_ps(bits);
 }
 
+// ---- fp16 wire: float/double accumulator, half on the wire ----
+
+// float: 8 lanes per step. Each step reads its 8 halves before writing its
+// 8 outputs, so out == src is fine.
+template <class Op, bool kRound, bool kOut>
+void reduce_half_f32(float* d, const uint16_t* s, uint16_t* out, int64_t n, int64_t* done) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 r0 = Op::apply(_mm256_loadu_ps(d + i), half8_load(s + i));
+    const __m256 r1 = Op::apply(_mm256_loadu_ps(d + i + 8), half8_load(s + i + 8));
+    if constexpr (kRound || kOut) {
+      const __m128i h0 = _mm256_cvtps_ph(r0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m128i h1 = _mm256_cvtps_ph(r1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm256_storeu_ps(d + i, kRound ? _mm256_cvtph_ps(h0) : r0);
+      _mm256_storeu_ps(d + i + 8, kRound ? _mm256_cvtph_ps(h1) : r1);
+      if constexpr (kOut) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h0);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 8), h1);
+      }
+    } else {
+      _mm256_storeu_ps(d + i, r0);
+      _mm256_storeu_ps(d + i + 8, r1);
+    }
+  }
+  *done = i;
+}
+
+// double: 8 elements (two 4-lane vectors) per step; double -> half rounds once
+// (via float rounded to odd, as in avx2_double_to_half_n).
+template <class Op, bool kRound, bool kOut>
+void reduce_half_f64(double* d, const uint16_t* s, uint16_t* out, int64_t n, int64_t* done) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 w = half8_load(s + i);
+    const __m256d r0 = Op::apply(_mm256_loadu_pd(d + i), _mm256_cvtps_pd(_mm256_castps256_ps128(w)));
+    const __m256d r1 = Op::apply(_mm256_loadu_pd(d + i + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
+    if constexpr (kRound || kOut) {
+      const __m256 f = _mm256_insertf128_ps(_mm256_castps128_ps256(pd_to_ps_round_odd(r0)),
+                                            pd_to_ps_round_odd(r1), 1);
+      const __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      if constexpr (kRound) {
+        const __m256 back = _mm256_cvtph_ps(h);
+        _mm256_storeu_pd(d + i, _mm256_cvtps_pd(_mm256_castps256_ps128(back)));
+        _mm256_storeu_pd(d + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(back, 1)));
+      } else {
+        _mm256_storeu_pd(d + i, r0);
+        _mm256_storeu_pd(d + i + 4, r1);
+      }
+      if constexpr (kOut) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+    } else {
+      _mm256_storeu_pd(d + i, r0);
+      _mm256_storeu_pd(d + i + 4, r1);
+    }
+  }
+  *done = i;
+}
+
+template <class T, class Op>
+int64_t reduce_half_modes(void* dst, const uint16_t* s, uint16_t* out, int64_t n, bool round) {
+  int64_t done = 0;
+  T* d = static_cast<T*>(dst);
+  auto run = [&](auto round_c, auto out_c) {
+    constexpr bool kRound = decltype(round_c)::value, kOut = decltype(out_c)::value;
+    if constexpr (std::is_same_v<T, float>) {
+      reduce_half_f32<Op, kRound, kOut>(d, s, out, n, &done);
+    } else {
+      reduce_half_f64<Op, kRound, kOut>(d, s, out, n, &done);
+    }
+  };
+  using T_ = std::true_type;
+  using F_ = std::false_type;
+  if (round) {
+    out ? run(T_{}, T_{}) : run(T_{}, F_{});
+  } else {
+    out ? run(F_{}, T_{}) : run(F_{}, F_{});
+  }
+  return done;
+}
+
+template <class T>
+int64_t reduce_half_dispatch(void* dst, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op, bool round) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return reduce_half_modes<T, SumOp<T>>(dst, s, out, n, round);
+    case ReduceOp::kMin:
+      return reduce_half_modes<T, MinOp<T>>(dst, s, out, n, round);
+    case ReduceOp::kMax:
+      return reduce_half_modes<T, MaxOp<T>>(dst, s, out, n, round);
+    case ReduceOp::kProduct:
+      return reduce_half_modes<T, ProductOp<T>>(dst, s, out, n, round);
+    default:
+      return n;
+  }
+}
+
 }  // namespace
 
 void avx2_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
@@ -399,6 +495,61 @@ void avx2_half_to_double_n(double* dst, const uint16_t* src, int64_t count) {
     _mm256_storeu_pd(dst + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)));
   }
   if (i < count) scalar_half_to_double_n(dst + i, src + i, count - i);
+}
+
+// Scalar up to a 32-byte boundary, streaming stores, scalar tail, then a
+// store fence so the weakly ordered stores are globally visible on return.
+void avx2_from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype) {
+  if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) return;
+  const int64_t es = dtype == DataType::kFloat32 ? 4 : 8;
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(d) % 32);
+  int64_t head = misaligned == 0 ? 0 : (32 - misaligned) / es;
+  if (misaligned % es != 0 || head > count) head = count;  // not element-aligned: no streaming
+  int64_t i = 0;
+  if (head > 0) {
+    if (es == 4) {
+      scalar_half_to_float_n(reinterpret_cast<float*>(d), src, head);
+    } else {
+      scalar_half_to_double_n(reinterpret_cast<double*>(d), src, head);
+    }
+    i = head;
+  }
+  if (es == 4) {
+    float* f = reinterpret_cast<float*>(d);
+    for (; i + 16 <= count; i += 16) {
+      _mm256_stream_ps(f + i, half8_load(src + i));
+      _mm256_stream_ps(f + i + 8, half8_load(src + i + 8));
+    }
+    if (i < count) avx2_half_to_float_n(f + i, src + i, count - i);
+  } else {
+    double* g = reinterpret_cast<double*>(d);
+    for (; i + 8 <= count; i += 8) {
+      const __m256 w = half8_load(src + i);
+      _mm256_stream_pd(g + i, _mm256_cvtps_pd(_mm256_castps256_ps128(w)));
+      _mm256_stream_pd(g + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
+    }
+    if (i < count) avx2_half_to_double_n(g + i, src + i, count - i);
+  }
+  _mm_sfence();
+}
+
+void avx2_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                           ReduceOp op, bool round_dst) {
+  if (count <= 0) return;
+  int64_t i = 0;
+  if (dtype == DataType::kFloat32) {
+    i = reduce_half_dispatch<float>(dst, src, out, count, op, round_dst);
+  } else if (dtype == DataType::kFloat64) {
+    i = reduce_half_dispatch<double>(dst, src, out, count, op, round_dst);
+  } else {
+    return;
+  }
+  if (i < count) {
+    const size_t es = dtype == DataType::kFloat32 ? 4 : 8;
+    scalar_reduce_half_into(static_cast<uint8_t*>(dst) + i * es, src + i, out ? out + i : nullptr, count - i, dtype,
+                            op, round_dst);
+  }
 }
 
 }  // namespace detail

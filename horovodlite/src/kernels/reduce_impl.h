@@ -25,6 +25,8 @@ void scalar_float_to_half_n(uint16_t* dst, const float* src, int64_t count);
 void scalar_half_to_float_n(float* dst, const uint16_t* src, int64_t count);
 void scalar_double_to_half_n(uint16_t* dst, const double* src, int64_t count);
 void scalar_half_to_double_n(double* dst, const uint16_t* src, int64_t count);
+void scalar_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                             ReduceOp op, bool round_dst);
 
 #if HVL_KERNELS_X86
 // Callable only when cpu_has_avx2_f16c() is true.
@@ -34,6 +36,9 @@ void avx2_float_to_half_n(uint16_t* dst, const float* src, int64_t count);
 void avx2_half_to_float_n(float* dst, const uint16_t* src, int64_t count);
 void avx2_double_to_half_n(uint16_t* dst, const double* src, int64_t count);
 void avx2_half_to_double_n(double* dst, const uint16_t* src, int64_t count);
+void avx2_from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype);
+void avx2_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                           ReduceOp op, bool round_dst);
 #endif
 
 }  // namespace detail

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/reduce.h"
@@ -146,8 +147,7 @@ void RingAllreduce::plan(int64_t count, int64_t esize) {
   send_requests_.assign(send_segments_.size(), MPI_REQUEST_NULL);
 }
 
-Status RingAllreduce::ensure_scratch(int64_t slot_bytes) {
-  const int slots = options_.pipeline_depth;
+Status RingAllreduce::ensure_scratch(int64_t slot_bytes, int slots) {
   if (scratch_ && slot_bytes <= scratch_slot_bytes_ && slots <= scratch_slots_) return Status::OK();
   slot_bytes = std::max(slot_bytes, scratch_slot_bytes_);
   const int64_t stride = (slot_bytes + 63) / 64 * 64;  // each slot cache-line aligned
@@ -182,11 +182,10 @@ Status RingAllreduce::run(void* buf, int64_t count, DataType dtype, ReduceOp op)
   }
   if (count > 0 && buf == nullptr) return Status::InvalidArgument("RingAllreduce: null buffer");
   if (size_ == 1 || count == 0) return Status::OK();
-
   plan(count, esize);
   const int64_t largest_chunk = (count + size_ - 1) / size_;
   const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / esize);
-  HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * esize));
+  HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * esize, options_.pipeline_depth));
   return execute(static_cast<uint8_t*>(buf), dtype, op);
 }
 
@@ -256,6 +255,159 @@ Status RingAllreduce::execute(uint8_t* buf, DataType dtype, ReduceOp op) {
     }
     if (r.forward >= 0) HVL_RETURN_IF_ERROR(post_send(buf, r.forward));
     HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's scratch slot is free now
+  }
+  HVL_RING_MPI_CALL(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
+  return Status::OK();
+}
+
+// ---- fp16 on the wire ----
+//
+// Same plan as run(), cut in wire (half) units, but nothing is sent from or
+// received into the buffer: receives land in `depth` receive slots and are
+// consumed when processed; sends leave from `depth` send slots, send i from
+// slot i mod depth once send i - depth has completed. Sends are posted in
+// index order. Send i (i >= n0, the step-0 send count) forwards receive
+// i - n0: when that receive is processed and send i is next in line with its
+// slot free, the fused kernel writes the half straight into the slot and it
+// is posted at once; otherwise the reduced values wait in the buffer (rounded
+// already where they must be) and are converted when the slot frees, which is
+// also how the step-0 sends go out. A deferred send's region is not written
+// again before it is converted: the only later write is the allgather receive
+// of that region, whose data already includes this send's contribution.
+//
+// The only blocking call waits for the next receive *or* the send whose slot
+// the next ready send needs, so no rank sits on a receive while a send its
+// neighbour needs is held back for a slot; receives are always posted ahead
+// (their slots free up in processing order), hence no cycle of waits.
+Status RingAllreduce::run_fp16_wire(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+  HVL_RETURN_IF_ERROR(init_status_);
+  if (count < 0) return Status::InvalidArgument("RingAllreduce: negative count " + std::to_string(count));
+  if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) {
+    return Status::InvalidArgument("RingAllreduce: fp16 wire needs float32 or float64, got dtype " +
+                                   std::to_string(static_cast<int>(dtype)));
+  }
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+    case ReduceOp::kProduct:
+      break;
+    case ReduceOp::kAdasum:
+      return Status::Unimplemented("RingAllreduce: Adasum is not implemented");
+    default:
+      return Status::InvalidArgument("RingAllreduce: invalid reduce op " + std::to_string(static_cast<int>(op)));
+  }
+  if (count > 0 && buf == nullptr) return Status::InvalidArgument("RingAllreduce: null buffer");
+  if (count == 0) return Status::OK();
+  const int64_t esize = element_bytes(dtype);
+  uint8_t* bytes = static_cast<uint8_t*>(buf);
+  if (size_ == 1) {  // the result is still what the wire would carry
+    uint16_t half[1024];
+    for (int64_t done = 0; done < count; done += 1024) {
+      const int64_t n = std::min<int64_t>(1024, count - done);
+      kernels::to_half_n(half, bytes + done * esize, n, dtype);
+      kernels::from_half_n(bytes + done * esize, half, n, dtype);
+    }
+    return Status::OK();
+  }
+  constexpr int64_t kWire = 2;
+  plan(count, kWire);
+  const int64_t largest_chunk = (count + size_ - 1) / size_;
+  const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / kWire);
+  HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * kWire, 2 * options_.pipeline_depth));
+  return execute_fp16_wire(bytes, dtype, op);
+}
+
+Status RingAllreduce::execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp op) {
+  const int64_t esize = element_bytes(dtype);
+  const int64_t depth = options_.pipeline_depth;
+  const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
+  const int64_t nsend = static_cast<int64_t>(send_segments_.size());
+  if (nrecv > INT_MAX || nsend > INT_MAX) {
+    return Status::InvalidArgument("RingAllreduce: too many segments; raise segment_bytes");
+  }
+  const int64_t n0 = send_step_start_[1];
+  const int64_t last_scatter_begin = recv_step_start_[size_ - 2];
+  const int64_t gather_begin = recv_step_start_[size_ - 1];
+  const int right = mod(rank_ + 1, size_);
+  const int left = mod(rank_ - 1, size_);
+  auto recv_slot = [&](int64_t k) {
+    return reinterpret_cast<uint16_t*>(scratch_.get() + (k % depth) * scratch_slot_bytes_);
+  };
+  auto send_slot = [&](int64_t i) {
+    return reinterpret_cast<uint16_t*>(scratch_.get() + (depth + i % depth) * scratch_slot_bytes_);
+  };
+  auto values = [&](const Segment& s) { return buf + s.byte_offset / 2 * esize; };
+  auto slot_free = [&](int64_t i, bool* free) -> Status {
+    int done = 1;
+    if (i >= depth) HVL_RING_MPI_CALL(MPI_Test(&send_requests_[i - depth], &done, MPI_STATUS_IGNORE));
+    *free = done != 0;
+    return Status::OK();
+  };
+  auto isend = [&](int64_t i) -> Status {
+    HVL_RING_MPI_CALL(MPI_Isend(send_slot(i), send_segments_[i].bytes, MPI_BYTE, right, tag_of(i), comm_,
+                                &send_requests_[i]));
+    sends_posted_ = i + 1;
+    return Status::OK();
+  };
+  // Posts, in order, the sends that are ready once `processed` receives have
+  // been processed, converting each from the buffer, while slots are free.
+  auto pump_sends = [&](int64_t processed) -> Status {
+    const int64_t ready = std::min(nsend, n0 + processed);
+    while (sends_posted_ < ready) {
+      bool free = false;
+      HVL_RETURN_IF_ERROR(slot_free(sends_posted_, &free));
+      if (!free) break;
+      const Segment& s = send_segments_[sends_posted_];
+      kernels::to_half_n(send_slot(sends_posted_), values(s), s.bytes / 2, dtype);
+      HVL_RETURN_IF_ERROR(isend(sends_posted_));
+    }
+    return Status::OK();
+  };
+
+  sends_posted_ = 0;
+  int64_t next_recv = 0;
+  for (int64_t k = 0; k < nrecv; ++k) {
+    for (; next_recv < std::min(nrecv, k + depth); ++next_recv) {
+      HVL_RING_MPI_CALL(MPI_Irecv(recv_slot(next_recv), recv_segments_[next_recv].bytes, MPI_BYTE, left,
+                                  tag_of(next_recv), comm_, &recv_requests_[next_recv]));
+    }
+    HVL_RETURN_IF_ERROR(pump_sends(k));
+    // Wait for receive k, or for the send whose slot the next ready send needs.
+    while (sends_posted_ < std::min(nsend, n0 + k)) {
+      MPI_Request both[2] = {recv_requests_[k], send_requests_[sends_posted_ - depth]};
+      int which = MPI_UNDEFINED;
+      HVL_RING_MPI_CALL(MPI_Waitany(2, both, &which, MPI_STATUS_IGNORE));
+      recv_requests_[k] = both[0];
+      send_requests_[sends_posted_ - depth] = both[1];
+      if (which == 0) break;
+      HVL_RETURN_IF_ERROR(pump_sends(k));
+    }
+    HVL_RING_MPI_CALL(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));  // returns at once if done above
+
+    const Segment& r = recv_segments_[k];
+    const int64_t n = r.bytes / 2;
+    uint16_t* in = recv_slot(k);
+    uint16_t* out = nullptr;
+    if (r.forward >= 0 && r.forward == sends_posted_) {
+      bool free = false;
+      HVL_RETURN_IF_ERROR(slot_free(r.forward, &free));
+      if (free) out = send_slot(r.forward);
+    }
+    if (k < gather_begin) {  // reduce-scatter; the last step rounds the owned chunk to half
+      kernels::reduce_half_into(values(r), in, out, n, dtype, op, k >= last_scatter_begin);
+    } else {
+      kernels::from_half_n_streaming(values(r), in, n, dtype);  // final values: not read again here
+      if (out) std::memcpy(out, in, static_cast<size_t>(r.bytes));
+    }
+    if (out) HVL_RETURN_IF_ERROR(isend(r.forward));
+  }
+  while (sends_posted_ < nsend) {
+    HVL_RETURN_IF_ERROR(pump_sends(nrecv));
+    if (sends_posted_ < nsend) {
+      HVL_RING_MPI_CALL(MPI_Wait(&send_requests_[sends_posted_ - depth], MPI_STATUS_IGNORE));
+    }
   }
   HVL_RING_MPI_CALL(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
   return Status::OK();

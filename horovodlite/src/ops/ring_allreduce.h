@@ -12,6 +12,14 @@
 // segment overlaps the transfer of the next and the steps overlap each other.
 // Received reduce-scatter segments land in a few persistent scratch slots that
 // stay in cache; nothing is allocated per call once the buffers have grown.
+//
+// run_fp16_wire() is the same schedule with IEEE binary16 on the wire for a
+// float32/float64 buffer (fp16 compression without whole-buffer conversion
+// passes): each outgoing segment is converted into a small send slot just
+// before it is sent, received halves are reduced straight into the buffer by
+// a fused kernel that also writes the half to forward, and the owner of each
+// reduced chunk rounds it to half (in the buffer too) before the allgather, so
+// every rank ends with bitwise-identical values.
 #pragma once
 
 #include <mpi.h>
@@ -54,6 +62,16 @@ class RingAllreduce {
   // communicator should not be used for further collectives.
   Status run(void* buf, int64_t count, DataType dtype, ReduceOp op);
 
+  // In-place allreduce of a float32 or float64 buffer with fp16 compression:
+  // values travel as IEEE binary16 (segment_bytes counts wire bytes), partial
+  // results accumulate in the buffer's type, and the result is rounded to
+  // half: it equals the reduction within fp16 rounding (one rounding per hop),
+  // values beyond the fp16 range become +-inf (kernels/reduce.h), and every
+  // rank gets bitwise the same values. With one rank the buffer is just
+  // rounded to half. Sum, Average (as Sum: the caller divides), Min, Max and
+  // Product. Same contract as run() otherwise; other dtypes are rejected.
+  Status run_fp16_wire(void* buf, int64_t count, DataType dtype, ReduceOp op);
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   const RingAllreduceOptions& options() const { return options_; }
@@ -73,8 +91,9 @@ class RingAllreduce {
   void append_segments(std::vector<Segment>* out, int chunk, int64_t count, int64_t esize,
                        int64_t seg_elems) const;
   void plan(int64_t count, int64_t esize);
-  Status ensure_scratch(int64_t slot_bytes);
+  Status ensure_scratch(int64_t slot_bytes, int slots);
   Status execute(uint8_t* buf, DataType dtype, ReduceOp op);
+  Status execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp op);
   Status post_send(uint8_t* buf, int64_t index);
   Status post_recv(uint8_t* buf, int64_t index);
   int tag_of(int64_t index) const {
