@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "cuda/device_ops.h"
 #include "horovodlite/horovodlite.h"
 #include "logging.h"
 #include "runtime.h"
@@ -84,10 +85,11 @@ Status check_tensor(const std::string& name, const TensorView& t, const char* wh
   if (t.data == nullptr && t.num_elements() > 0) {
     return Status::InvalidArgument(std::string(what) + " of '" + name + "' has no data");
   }
-  if (t.device != kCpuDevice) {
-    return Status::Unimplemented("tensor '" + name + "' is on cuda:" + std::to_string(t.device) +
-                                 ", but this build of horovodlite supports host (CPU) tensors only");
+  if (t.device < kCpuDevice) {
+    return Status::InvalidArgument(std::string(what) + " of '" + name + "' has an invalid device " +
+                                   std::to_string(t.device));
   }
+  if (t.device != kCpuDevice) return check_device(name, t.device);
   return Status::OK();
 }
 
@@ -119,7 +121,8 @@ HandlePtr submit(std::unique_ptr<TensorEntry> e) {
   return rt->enqueue(std::move(e));
 }
 
-std::unique_ptr<TensorEntry> make_entry(OpType type, const std::string& name, const TensorView& input) {
+std::unique_ptr<TensorEntry> make_entry(OpType type, const std::string& name, const TensorView& input,
+                                       ReadyEventPtr ready = nullptr) {
   auto e = std::make_unique<TensorEntry>();
   e->request.type = type;
   e->request.name = name;
@@ -129,6 +132,7 @@ std::unique_ptr<TensorEntry> make_entry(OpType type, const std::string& name, co
   e->input = input;
   e->output = input;
   e->handle = std::make_shared<Handle>(name);
+  if (input.device != kCpuDevice) e->ready = std::move(ready);  // host tensors are ready when enqueued
   return e;
 }
 
@@ -155,6 +159,10 @@ Status shutdown() {
 }
 
 bool is_initialized() { return current() != nullptr; }
+
+bool cuda_built() { return device_backend_built(); }
+int nccl_version() { return device_nccl_version(); }
+int cuda_device_count() { return device_count(); }
 
 #define HVL_MPI_QUERY(fn, member)      \
   int fn() {                           \
@@ -203,7 +211,7 @@ int64_t reducescatter_rows(int64_t dim0, int world_size, int rank) {
 }
 
 HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, const TensorView& output,
-                          const AllreduceOptions& options) {
+                          const AllreduceOptions& options, ReadyEventPtr ready) {
   const std::string name = auto_name(name_in, "allreduce");
   Status s = check_tensor(name, input, "input");
   if (s.ok()) s = check_tensor(name, output, "output");
@@ -213,8 +221,11 @@ HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, c
                                 dtype_name(input.dtype) + " " + shape_string(input.shape) + "), not " +
                                 dtype_name(output.dtype) + " " + shape_string(output.shape));
   }
+  if (s.ok() && output.device != input.device) {
+    s = Status::InvalidArgument("output of allreduce '" + name + "' must be on the input's device");
+  }
   if (!s.ok()) return failed(name, s);
-  auto e = make_entry(OpType::kAllreduce, name, input);
+  auto e = make_entry(OpType::kAllreduce, name, input, std::move(ready));
   e->output = output;
   e->request.reduce_op = options.op;
   e->request.prescale = options.prescale_factor;
@@ -225,17 +236,18 @@ HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, c
   return submit(std::move(e));
 }
 
-HandlePtr allgather_async(const std::string& name_in, const TensorView& input, OutputAllocator allocate) {
+HandlePtr allgather_async(const std::string& name_in, const TensorView& input, OutputAllocator allocate,
+                          ReadyEventPtr ready) {
   const std::string name = auto_name(name_in, "allgather");
   Status s = check_tensor(name, input, "input");
   if (s.ok() && !allocate) s = Status::InvalidArgument("allgather '" + name + "' needs an output allocator");
   if (!s.ok()) return failed(name, s);
-  auto e = make_entry(OpType::kAllgather, name, input);
+  auto e = make_entry(OpType::kAllgather, name, input, std::move(ready));
   e->allocate = std::move(allocate);
   return submit(std::move(e));
 }
 
-HandlePtr broadcast_async(const std::string& name_in, const TensorView& tensor, int root_rank) {
+HandlePtr broadcast_async(const std::string& name_in, const TensorView& tensor, int root_rank, ReadyEventPtr ready) {
   const std::string name = auto_name(name_in, "broadcast");
   Status s = check_tensor(name, tensor, "tensor");
   const int n = size();
@@ -244,13 +256,13 @@ HandlePtr broadcast_async(const std::string& name_in, const TensorView& tensor, 
                                 "' is out of range: there are " + std::to_string(n) + " ranks");
   }
   if (!s.ok()) return failed(name, s);
-  auto e = make_entry(OpType::kBroadcast, name, tensor);
+  auto e = make_entry(OpType::kBroadcast, name, tensor, std::move(ready));
   e->request.root = root_rank;
   return submit(std::move(e));
 }
 
 HandlePtr alltoall_async(const std::string& name_in, const TensorView& input, const std::vector<int64_t>& splits,
-                         OutputAllocator allocate) {
+                         OutputAllocator allocate, ReadyEventPtr ready) {
   const std::string name = auto_name(name_in, "alltoall");
   Status s = check_tensor(name, input, "input");
   if (s.ok() && !allocate) s = Status::InvalidArgument("alltoall '" + name + "' needs an output allocator");
@@ -292,14 +304,14 @@ HandlePtr alltoall_async(const std::string& name_in, const TensorView& input, co
                                 " elements; alltoall supports at most 2^31-1 (INT_MAX) elements per rank");
   }
   if (!s.ok()) return failed(name, s);
-  auto e = make_entry(OpType::kAlltoall, name, input);
+  auto e = make_entry(OpType::kAlltoall, name, input, std::move(ready));
   e->splits = std::move(sp);
   e->allocate = std::move(allocate);
   return submit(std::move(e));
 }
 
 HandlePtr reducescatter_async(const std::string& name_in, const TensorView& input, OutputAllocator allocate,
-                              const ReducescatterOptions& options) {
+                              const ReducescatterOptions& options, ReadyEventPtr ready) {
   const std::string name = auto_name(name_in, "reducescatter");
   Status s = check_tensor(name, input, "input");
   if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
@@ -309,7 +321,7 @@ HandlePtr reducescatter_async(const std::string& name_in, const TensorView& inpu
                                 "' needs a tensor with at least one dimension (dim 0 is split across ranks)");
   }
   if (!s.ok()) return failed(name, s);
-  auto e = make_entry(OpType::kReducescatter, name, input);
+  auto e = make_entry(OpType::kReducescatter, name, input, std::move(ready));
   e->allocate = std::move(allocate);
   e->request.reduce_op = options.op;
   e->request.prescale = options.prescale_factor;

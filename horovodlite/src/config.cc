@@ -121,6 +121,17 @@ Status Config::from_env(Config* out) {
   read_string("TIMELINE", &c.timeline_path);
   HVL_RETURN_IF_ERROR(read_bool("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
   HVL_RETURN_IF_ERROR(read_double("PEER_TIMEOUT_SECONDS", 0.0, 1e7, &c.peer_timeout_s));
+  HVL_RETURN_IF_ERROR(read_bool("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce));
+  {
+    std::string var;
+    if (const char* v = lookup("GPU_OPERATIONS", &var)) {
+      std::string s(v);
+      for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (s == "nccl") c.gpu_operations = GpuOperations::kNccl;
+      else if (s == "mpi") c.gpu_operations = GpuOperations::kMpi;
+      else return bad(var, v, "nccl or mpi");
+    }
+  }
   *out = c;
   return Status::OK();
 }

@@ -1,5 +1,7 @@
 #include "executor.h"
 
+#include "op_util.h"
+
 #include <climits>
 #include <cstring>
 #include <numeric>
@@ -10,18 +12,6 @@
 namespace horovodlite {
 
 namespace {
-
-int64_t row_elements(const Shape& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
-}
-
-Shape with_dim0(const Shape& shape, int64_t dim0) {
-  Shape s = shape.empty() ? Shape{1} : shape;
-  s[0] = dim0;
-  return s;
-}
 
 // Element counts and displacements as MPI ints, or an error naming the tensor.
 Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts, std::vector<int>* out,
@@ -41,11 +31,6 @@ Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts
   return Status::OK();
 }
 
-double effective_postscale(const Response& r, int size) {
-  return r.reduce_op == ReduceOp::kAverage ? r.postscale / size : r.postscale;
-}
-
-ReduceOp effective_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
 // src (float32 or float64) * factor -> fp16. Scaling happens before the
 // conversion, so that a predivide factor can keep large values within fp16 range.
@@ -76,7 +61,21 @@ void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double
 }  // namespace
 
 Executor::Executor(MpiContext& mpi, const Config& config)
-    : mpi_(mpi), config_(config), host_allreduce_(make_host_allreduce(mpi, config)) {}
+    : mpi_(mpi), config_(config), host_allreduce_(make_host_allreduce(mpi, config)) {
+  device_ = make_device_ops(
+      mpi, config, [this](const Response& r, const std::vector<TensorEntry*>& e) { return execute_host(r, e); },
+      [this](void* buf, int64_t count, DataType dtype, ReduceOp op) {
+        return choose(dtype, op, count * static_cast<int64_t>(dtype_size(dtype))).run(buf, count, dtype, op);
+      });
+}
+
+bool Executor::defer_completion(std::vector<std::unique_ptr<TensorEntry>>* done, const Status& status) {
+  return last_on_device_ && device_ != nullptr && device_->defer_completion(done, status);
+}
+
+void Executor::drain() {
+  if (device_) device_->drain();
+}
 
 HostAllreduce& Executor::choose(DataType dtype, ReduceOp op, int64_t bytes) {
   for (auto& impl : host_allreduce_) {
@@ -99,6 +98,18 @@ Status Executor::agree(const Status& local, const std::string& name) {
 }
 
 Status Executor::execute(const Response& r, const std::vector<TensorEntry*>& entries) {
+  const bool data_op = r.type == OpType::kAllreduce || r.type == OpType::kAllgather ||
+                       r.type == OpType::kBroadcast || r.type == OpType::kAlltoall ||
+                       r.type == OpType::kReducescatter;
+  last_on_device_ = data_op && r.device != kCpuDevice;
+  if (!last_on_device_) return execute_host(r, entries);
+  if (device_ == nullptr) return Status::Internal("a device collective reached a build without CUDA");
+  Status s = device_->execute(r, entries);
+  last_algorithm_ = device_->last_algorithm();
+  return s;
+}
+
+Status Executor::execute_host(const Response& r, const std::vector<TensorEntry*>& entries) {
   switch (r.type) {
     case OpType::kAllreduce:
       return allreduce(r, entries);
@@ -120,15 +131,21 @@ Status Executor::execute(const Response& r, const std::vector<TensorEntry*>& ent
 }
 
 Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
-  if (r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64)) {
-    return allreduce_fp16(r, entries);
-  }
   const size_t elem = dtype_size(r.dtype);
   const int64_t total = std::accumulate(r.tensor_sizes.begin(), r.tensor_sizes.end(), int64_t(0));
   const double pre = r.prescale;
   const double post = effective_postscale(r, mpi_.size());
   const ReduceOp op = effective_op(r.reduce_op);
-  HostAllreduce& impl = choose(r.dtype, op, total * static_cast<int64_t>(elem));
+  const bool compress =
+      r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
+  HostAllreduce& impl = choose(r.dtype, op, total * static_cast<int64_t>(compress ? 2 : elem));
+  // fp16 compression: an algorithm with an fp16-on-the-wire mode takes the
+  // float32/float64 data as it is; otherwise the data is converted to an fp16
+  // buffer and reduced as fp16.
+  if (compress && !impl.fp16_wire()) return allreduce_fp16(r, entries);
+  auto reduce = [&](void* data) {
+    return compress ? impl.run_fp16_wire(data, total, r.dtype, op) : impl.run(data, total, r.dtype, op);
+  };
   last_algorithm_ = impl.name();
 
   if (entries.size() == 1 && entries[0] != nullptr) {
@@ -142,7 +159,7 @@ Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& e
     }
     {
       ObservedPhase phase(observer_, r, impl.name());
-      HVL_RETURN_IF_ERROR(impl.run(out, total, r.dtype, op));
+      HVL_RETURN_IF_ERROR(reduce(out));
     }
     if (post != 1.0) kernels::scale(out, total, r.dtype, post);
     e.handle->set_output(e.output);
@@ -167,7 +184,7 @@ Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& e
   }
   {
     ObservedPhase phase(observer_, r, impl.name());
-    HVL_RETURN_IF_ERROR(impl.run(buf, total, r.dtype, op));
+    HVL_RETURN_IF_ERROR(reduce(buf));
   }
   ObservedPhase phase(observer_, r, "MEMCPY_OUT_FUSION_BUFFER");
   int64_t off = 0;

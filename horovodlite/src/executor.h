@@ -11,6 +11,7 @@
 #include "horovodlite/config.h"
 #include "message.h"
 #include "mpi_context.h"
+#include "cuda/device_ops.h"
 #include "ops/host_allreduce.h"
 
 namespace horovodlite {
@@ -21,7 +22,15 @@ class Executor {
 
   // entries[i] belongs to response.names[i]; nullptr where this rank has none
   // (it has joined). Returns the status every entry completes with.
+  // Responses on device tensors go to the device path (builds with CUDA); their
+  // handles then complete later, see defer_completion().
   Status execute(const Response& response, const std::vector<TensorEntry*>& entries);
+  // After execute(): takes the entries if the response left device work in
+  // flight (their handles complete once the device is done); false otherwise,
+  // and the caller completes them.
+  bool defer_completion(std::vector<std::unique_ptr<TensorEntry>>* done, const Status& status);
+  // Waits until every deferred handle has completed (shutdown).
+  void drain();
 
   // The name of the collective the last allreduce used (for the timeline).
   const char* last_algorithm() const { return last_algorithm_; }
@@ -30,6 +39,7 @@ class Executor {
   void set_observer(ExecutionObserver* observer) { observer_ = observer; }
 
  private:
+  Status execute_host(const Response& r, const std::vector<TensorEntry*>& entries);
   Status allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
   Status allreduce_fp16(const Response& r, const std::vector<TensorEntry*>& entries);
   Status allgather(const Response& r, TensorEntry& e);
@@ -48,6 +58,8 @@ class Executor {
   FusionBuffer fusion_;
   const char* last_algorithm_ = "";
   ExecutionObserver* observer_ = nullptr;
+  std::unique_ptr<DeviceOps> device_;  // nullptr without CUDA
+  bool last_on_device_ = false;
 };
 
 }  // namespace horovodlite

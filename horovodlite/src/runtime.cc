@@ -27,6 +27,7 @@ std::string upper(const char* s) {
 
 // The collective the executor runs for a response, as the timeline names it.
 std::string collective_name(const Response& r, const Executor& executor) {
+  if (r.device != kCpuDevice && r.type != OpType::kError) return executor.last_algorithm();
   switch (r.type) {
     case OpType::kAllreduce: return executor.last_algorithm();
     case OpType::kAllgather: return "MPI_ALLGATHERV";
@@ -100,6 +101,7 @@ Status Runtime::stop(bool exiting) {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (executor_) executor_->drain();  // device ops still in flight complete first
   watchdog_.reset();
   timeline_.stop();
   mpi_.release();
@@ -497,7 +499,10 @@ void Runtime::run(const Response& r, Clock::time_point ready) {
       table_.erase(it);
     }
   }
-  for (auto& e : done) e->handle->complete(s);
+  // Device ops complete once the device has finished (the executor's completion thread).
+  if (!executor_->defer_completion(&done, s)) {
+    for (auto& e : done) e->handle->complete(s);
+  }
 }
 
 void Runtime::abort_all(const Status& status) {

@@ -7,9 +7,86 @@
 #include "horovodlite/torch/error.h"
 #include "horovodlite/torch/tensor_util.h"
 
+#ifdef HVL_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace horovodlite {
 namespace torch {
 namespace {
+
+// ---- CUDA tensors: ordering with torch's streams through events (docs/gpu.md) ----
+#ifdef HVL_TORCH_CUDA
+// An event on the stream that was current when the op was enqueued: the core's
+// stream waits on it before reading the input. The output allocator re-records it
+// after allocating (so the core also waits for earlier users of that memory).
+class TorchReadyEvent : public ReadyEvent {
+ public:
+  explicit TorchReadyEvent(const at::Tensor& tensor)
+      : device_(tensor.device().index()), stream_(at::cuda::getCurrentCUDAStream(device_)) {
+    c10::cuda::CUDAGuard guard(device_);
+    cudaError_t rc = cudaEventCreateWithFlags(&event_, cudaEventDisableTiming);
+    if (rc != cudaSuccess) {
+      throw HorovodError(StatusCode::kInternal, std::string("cudaEventCreateWithFlags failed: ") +
+                                                    cudaGetErrorString(rc));
+    }
+    record();
+  }
+  ~TorchReadyEvent() override { cudaEventDestroy(event_); }
+  void record() {
+    c10::cuda::CUDAGuard guard(device_);
+    cudaError_t rc = cudaEventRecord(event_, stream_.stream());
+    if (rc != cudaSuccess) {
+      throw HorovodError(StatusCode::kInternal, std::string("cudaEventRecord failed: ") + cudaGetErrorString(rc));
+    }
+  }
+  bool ready() const override { return cudaEventQuery(event_) != cudaErrorNotReady; }
+  void* cuda_event() const override { return event_; }
+  const c10::cuda::CUDAStream& stream() const { return stream_; }
+
+ private:
+  c10::DeviceIndex device_;
+  c10::cuda::CUDAStream stream_;
+  cudaEvent_t event_ = nullptr;
+};
+using TorchReadyEventPtr = std::shared_ptr<TorchReadyEvent>;
+
+// Records the ready event for a CUDA tensor (after the adapter's own copies of
+// it on the current stream); nullptr for CPU tensors.
+TorchReadyEventPtr ready_event(const at::Tensor& tensor) {
+  return tensor.is_cuda() ? std::make_shared<TorchReadyEvent>(tensor) : nullptr;
+}
+
+// Makes the finisher (run on the first synchronize()) first order the caller's
+// current stream after the op's device work, so that the result can be used on
+// it. The handle has completed on the host by then, so this never blocks.
+AsyncHandle::Finisher on_device(const HandlePtr& handle, const at::Tensor& tensor, AsyncHandle::Finisher finish) {
+  if (!tensor.is_cuda()) return finish;
+  const c10::DeviceIndex device = tensor.device().index();
+  return [handle, device, finish = std::move(finish)]() {
+    if (const ReadyEventPtr& done = handle->completion_event()) {
+      if (void* ev = done->cuda_event()) {
+        cudaError_t rc =
+            cudaStreamWaitEvent(at::cuda::getCurrentCUDAStream(device).stream(), static_cast<cudaEvent_t>(ev), 0);
+        if (rc != cudaSuccess) {
+          throw HorovodError(StatusCode::kInternal, std::string("cudaStreamWaitEvent failed: ") +
+                                                        cudaGetErrorString(rc));
+        }
+      }
+    }
+    return finish ? finish() : at::Tensor();
+  };
+}
+#else
+struct TorchReadyEvent : ReadyEvent {
+  bool ready() const override { return true; }
+};
+using TorchReadyEventPtr = std::shared_ptr<TorchReadyEvent>;
+TorchReadyEventPtr ready_event(const at::Tensor&) { return nullptr; }  // CPU only: check_tensor rejects CUDA
+AsyncHandle::Finisher on_device(const HandlePtr&, const at::Tensor&, AsyncHandle::Finisher finish) { return finish; }
+#endif
 
 // Keeps `tensors` referenced until the core completes the op, so that dropping
 // the AsyncHandle early cannot free memory the background thread still uses.
@@ -40,11 +117,25 @@ at::Tensor contiguous_input(const at::Tensor& tensor) {
   return tensor.contiguous();
 }
 
-// An OutputAllocator that allocates a CPU tensor like `like` into *slot.
-OutputAllocator allocator_into(std::shared_ptr<at::Tensor> slot, at::TensorOptions options) {
-  return [slot, options](const Shape& shape, TensorView* out) -> Status {
+// An OutputAllocator that allocates a tensor with `options` into *slot. CUDA: on
+// the stream that was current at enqueue (the consumer's), then re-records the
+// ready event there, so that the core's stream also waits for the earlier users
+// of the memory the caching allocator hands out.
+OutputAllocator allocator_into(std::shared_ptr<at::Tensor> slot, at::TensorOptions options,
+                               TorchReadyEventPtr ready = nullptr) {
+  return [slot, options, ready](const Shape& shape, TensorView* out) -> Status {
     try {
+#ifdef HVL_TORCH_CUDA
+      if (ready != nullptr) {
+        c10::cuda::CUDAStreamGuard guard(ready->stream());
+        *slot = at::empty(shape, options);
+        ready->record();
+      } else {
+        *slot = at::empty(shape, options);
+      }
+#else
       *slot = at::empty(shape, options);
+#endif
       *out = make_view(*slot);
       return Status::OK();
     } catch (const std::exception& e) {
@@ -53,8 +144,8 @@ OutputAllocator allocator_into(std::shared_ptr<at::Tensor> slot, at::TensorOptio
   };
 }
 
-AsyncHandle finish_with_slot(const HandlePtr& handle, std::shared_ptr<at::Tensor> slot) {
-  return AsyncHandle(handle, [slot]() { return *slot; });
+AsyncHandle finish_with_slot(const HandlePtr& handle, std::shared_ptr<at::Tensor> slot, const at::Tensor& like) {
+  return AsyncHandle(handle, on_device(handle, like, [slot]() { return *slot; }));
 }
 
 }  // namespace
@@ -63,18 +154,19 @@ AsyncHandle allreduce_async(const at::Tensor& tensor, const std::string& name, c
   check_tensor(tensor, "allreduce");
   at::Tensor input = contiguous_input(tensor);
   at::Tensor output = at::empty_like(input, at::MemoryFormat::Contiguous);
-  HandlePtr handle = horovodlite::allreduce_async(name, make_view(input), make_view(output), options);
+  HandlePtr handle =
+      horovodlite::allreduce_async(name, make_view(input), make_view(output), options, ready_event(input));
   keep_alive(handle, {input, output});
-  return AsyncHandle(handle, [output]() { return output; });
+  return AsyncHandle(handle, on_device(handle, input, [output]() { return output; }));
 }
 
 AsyncHandle allreduce_async_(const at::Tensor& tensor, const std::string& name, const AllreduceOptions& options) {
   check_tensor(tensor, "allreduce_");
   at::Tensor buffer = in_place_buffer(tensor);
   TensorView view = make_view(buffer);
-  HandlePtr handle = horovodlite::allreduce_async(name, view, view, options);
+  HandlePtr handle = horovodlite::allreduce_async(name, view, view, options, ready_event(buffer));
   keep_alive(handle, {tensor, buffer});
-  return AsyncHandle(handle, finish_in_place(tensor, buffer));
+  return AsyncHandle(handle, on_device(handle, buffer, finish_in_place(tensor, buffer)));
 }
 
 at::Tensor allreduce(const at::Tensor& tensor, const std::string& name, const AllreduceOptions& options) {
@@ -89,9 +181,11 @@ AsyncHandle allgather_async(const at::Tensor& tensor, const std::string& name) {
   check_tensor(tensor, "allgather");
   at::Tensor input = contiguous_input(tensor);
   auto slot = std::make_shared<at::Tensor>();
-  HandlePtr handle = horovodlite::allgather_async(name, make_view(input), allocator_into(slot, input.options()));
+  TorchReadyEventPtr ready = ready_event(input);
+  HandlePtr handle =
+      horovodlite::allgather_async(name, make_view(input), allocator_into(slot, input.options(), ready), ready);
   keep_alive(handle, {input});
-  return finish_with_slot(handle, slot);
+  return finish_with_slot(handle, slot, input);
 }
 
 at::Tensor allgather(const at::Tensor& tensor, const std::string& name) {
@@ -105,17 +199,17 @@ AsyncHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::
     at::NoGradGuard no_grad;
     output = tensor.clone(at::MemoryFormat::Contiguous);
   }
-  HandlePtr handle = horovodlite::broadcast_async(name, make_view(output), root_rank);
+  HandlePtr handle = horovodlite::broadcast_async(name, make_view(output), root_rank, ready_event(output));
   keep_alive(handle, {output});
-  return AsyncHandle(handle, [output]() { return output; });
+  return AsyncHandle(handle, on_device(handle, output, [output]() { return output; }));
 }
 
 AsyncHandle broadcast_async_(const at::Tensor& tensor, int root_rank, const std::string& name) {
   check_tensor(tensor, "broadcast_");
   at::Tensor buffer = in_place_buffer(tensor);
-  HandlePtr handle = horovodlite::broadcast_async(name, make_view(buffer), root_rank);
+  HandlePtr handle = horovodlite::broadcast_async(name, make_view(buffer), root_rank, ready_event(buffer));
   keep_alive(handle, {tensor, buffer});
-  return AsyncHandle(handle, finish_in_place(tensor, buffer));
+  return AsyncHandle(handle, on_device(handle, buffer, finish_in_place(tensor, buffer)));
 }
 
 at::Tensor broadcast(const at::Tensor& tensor, int root_rank, const std::string& name) {
@@ -130,10 +224,11 @@ AsyncHandle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>&
   check_tensor(tensor, "alltoall");
   at::Tensor input = contiguous_input(tensor);
   auto slot = std::make_shared<at::Tensor>();
+  TorchReadyEventPtr ready = ready_event(input);
   HandlePtr handle =
-      horovodlite::alltoall_async(name, make_view(input), splits, allocator_into(slot, input.options()));
+      horovodlite::alltoall_async(name, make_view(input), splits, allocator_into(slot, input.options(), ready), ready);
   keep_alive(handle, {input});
-  return finish_with_slot(handle, slot);
+  return finish_with_slot(handle, slot, input);
 }
 
 AlltoallResult alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name) {
@@ -149,10 +244,11 @@ AsyncHandle reducescatter_async(const at::Tensor& tensor, const std::string& nam
   check_tensor(tensor, "reducescatter");
   at::Tensor input = contiguous_input(tensor);
   auto slot = std::make_shared<at::Tensor>();
-  HandlePtr handle =
-      horovodlite::reducescatter_async(name, make_view(input), allocator_into(slot, input.options()), options);
+  TorchReadyEventPtr ready = ready_event(input);
+  HandlePtr handle = horovodlite::reducescatter_async(name, make_view(input),
+                                                      allocator_into(slot, input.options(), ready), options, ready);
   keep_alive(handle, {input});
-  return finish_with_slot(handle, slot);
+  return finish_with_slot(handle, slot, input);
 }
 
 at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name, const ReducescatterOptions& options) {

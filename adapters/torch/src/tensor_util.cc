@@ -60,10 +60,17 @@ at::ScalarType to_scalar_type(DataType dtype) {
 
 void check_tensor(const at::Tensor& tensor, const std::string& what) {
   check_argument(tensor.defined(), what + ": the tensor is undefined");
-  if (!tensor.device().is_cpu()) {
+#ifdef HVL_TORCH_CUDA
+  const bool supported_device = tensor.device().is_cpu() || tensor.device().is_cuda();
+  const char* supported = "CPU and CUDA tensors";
+#else
+  const bool supported_device = tensor.device().is_cpu();
+  const char* supported = "CPU tensors (this build has no CUDA path: it needs horovodlite built with CUDA and a "
+                          "LibTorch with CUDA)";
+#endif
+  if (!supported_device) {
     std::ostringstream msg;
-    msg << what << ": only CPU tensors are supported by the LibTorch adapter for now (got a tensor on "
-        << tensor.device() << ")";
+    msg << what << ": the LibTorch adapter supports " << supported << " (got a tensor on " << tensor.device() << ")";
     throw HorovodError(StatusCode::kUnimplemented, msg.str());
   }
   check_argument(!tensor.is_sparse(), what + ": sparse tensors are not supported");
@@ -78,7 +85,7 @@ TensorView make_view(const at::Tensor& tensor) {
   view.data = tensor.data_ptr();
   view.dtype = to_data_type(tensor.scalar_type());
   view.shape = tensor.sizes().vec();
-  view.device = kCpuDevice;
+  view.device = tensor.device().is_cuda() ? static_cast<int>(tensor.device().index()) : kCpuDevice;
   return view;
 }
 

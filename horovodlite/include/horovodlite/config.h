@@ -46,6 +46,18 @@ struct Config {
   // fail and the job is aborted (MPI_Abort). 0 disables the watchdog.
   double peer_timeout_s = 60.0;
 
+  // ---- device (CUDA) tensors; ignored by builds without CUDA ----
+  // HIERARCHICAL_ALLREDUCE (0/1): device allreduces on multi-node jobs run as an
+  // NCCL reduce-scatter inside each node, an MPI allreduce across nodes and an
+  // NCCL allgather inside each node. Needs the same number of ranks on every node
+  // (otherwise the flat NCCL allreduce is used). Off by default.
+  bool hierarchical_allreduce = false;
+  // GPU_OPERATIONS: "nccl" (default) runs collectives on device tensors with NCCL;
+  // "mpi" copies them to pinned host memory and uses the host (MPI) collectives.
+  // Reductions NCCL cannot do (int16) always use the host path.
+  enum class GpuOperations : uint8_t { kNccl = 0, kMpi = 1 };
+  GpuOperations gpu_operations = GpuOperations::kNccl;
+
   // Reads the environment; returns InvalidArgument naming the variable and value
   // on anything malformed or out of range.
   static Status from_env(Config* out);

@@ -39,6 +39,13 @@ class Handle {
   // returned by the OutputAllocator; otherwise the output view passed in).
   const TensorView& output() const { return output_; }
 
+  // Device ops (tensors on a GPU): an event recorded on the core's stream after
+  // the op's last device work, set before the handle completes; nullptr for host
+  // ops. The handle completes on the host only once this event has completed, so
+  // waiting on the handle is enough; a framework may also make its stream wait on
+  // the event (cudaStreamWaitEvent) for ordering without a host round trip.
+  const ReadyEventPtr& completion_event() const { return completion_event_; }
+
   // Registers a function run (on the background thread, or at once if already
   // complete) when the handle completes. Must be quick and must not enqueue-and-wait.
   void on_complete(std::function<void(const Status&)> fn);
@@ -48,6 +55,7 @@ class Handle {
   void set_output(const TensorView& out) { output_ = out; }
   void set_last_joined_rank(int r) { last_joined_rank_ = r; }
   void set_received_splits(std::vector<int64_t> s) { received_splits_ = std::move(s); }
+  void set_completion_event(ReadyEventPtr event) { completion_event_ = std::move(event); }
 
  private:
   std::string name_;
@@ -59,6 +67,7 @@ class Handle {
   int last_joined_rank_ = -1;
   std::vector<int64_t> received_splits_;
   TensorView output_;
+  ReadyEventPtr completion_event_;
 };
 
 using HandlePtr = std::shared_ptr<Handle>;

@@ -54,6 +54,12 @@ bool mpi_threads_supported();
 // `name` identifies the op across ranks and must be unique among ops in flight;
 // empty names get "<op>.noname.<n>" (same on every rank if all ranks enqueue
 // unnamed ops in the same order).
+//
+// Device tensors (TensorView::device >= 0, builds with CUDA): `ready` is an event
+// recorded on the producer's stream after it wrote the input (ReadyEvent::
+// cuda_event()); the core's stream waits on it before reading. nullptr means the
+// input is ready now (e.g. the producer stream has been synchronised). Host
+// tensors ignore it. See docs/gpu.md.
 
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kAverage;
@@ -64,20 +70,22 @@ struct AllreduceOptions {
 
 // output may equal input (in place). Average divides the sum by size().
 HandlePtr allreduce_async(const std::string& name, const TensorView& input, const TensorView& output,
-                          const AllreduceOptions& options = {});
+                          const AllreduceOptions& options = {}, ReadyEventPtr ready = nullptr);
 
 // Concatenates every rank's input along dim 0 (dim 0 may differ; other dims must
 // match). A 0-d input is gathered as shape [1].
-HandlePtr allgather_async(const std::string& name, const TensorView& input, OutputAllocator allocate);
+HandlePtr allgather_async(const std::string& name, const TensorView& input, OutputAllocator allocate,
+                          ReadyEventPtr ready = nullptr);
 
 // In place: root's tensor is copied into every rank's `tensor`.
-HandlePtr broadcast_async(const std::string& name, const TensorView& tensor, int root_rank);
+HandlePtr broadcast_async(const std::string& name, const TensorView& tensor, int root_rank,
+                          ReadyEventPtr ready = nullptr);
 
 // Rank r sends rows [sum(splits[:j]), sum(splits[:j+1])) of dim 0 to rank j.
 // Empty splits means dim 0 divided evenly (must be divisible by size()).
 // The handle's received_splits() says how many rows came from each rank.
 HandlePtr alltoall_async(const std::string& name, const TensorView& input, const std::vector<int64_t>& splits,
-                         OutputAllocator allocate);
+                         OutputAllocator allocate, ReadyEventPtr ready = nullptr);
 
 // Reduces across ranks, then rank r keeps its block of dim 0: dim 0 is split into
 // size() blocks, the first (dim0 % size) ranks getting one row more. Needs >= 1 dim.
@@ -87,7 +95,7 @@ struct ReducescatterOptions {
   double postscale_factor = 1.0;
 };
 HandlePtr reducescatter_async(const std::string& name, const TensorView& input, OutputAllocator allocate,
-                              const ReducescatterOptions& options = {});
+                              const ReducescatterOptions& options = {}, ReadyEventPtr ready = nullptr);
 
 // Completes when every rank has reached it.
 HandlePtr barrier_async();
@@ -99,6 +107,15 @@ HandlePtr join_async();
 
 // Rows of dim 0 that `rank` keeps in a reducescatter of a tensor with `dim0` rows.
 int64_t reducescatter_rows(int64_t dim0, int world_size, int rank);
+
+// ---- build and devices ----
+
+// Whether this build has the CUDA/NCCL backend, and NCCL's version code (e.g.
+// 22809 for 2.28.9; 0 without NCCL).
+bool cuda_built();
+int nccl_version();
+// Number of CUDA devices this process can use (0 without CUDA or without a GPU).
+int cuda_device_count();
 
 // ---- introspection ----
 

@@ -28,11 +28,20 @@ struct TensorView {
 using OutputAllocator = std::function<Status(const Shape& shape, TensorView* out)>;
 
 // Signals that the producer of a device tensor has finished writing it (a CUDA
-// event recorded on the framework's stream). Host tensors need none.
+// event recorded on the framework's stream), or, on a handle, that the device work
+// of a completed op has finished (see Handle::completion_event()). Host tensors
+// need none.
 class ReadyEvent {
  public:
   virtual ~ReadyEvent() = default;
+  // True once the event has completed. Never blocks.
   virtual bool ready() const = 0;
+  // The cudaEvent_t behind this event (as void*, so that this header needs no CUDA
+  // headers), or nullptr. The core makes its stream wait on it with
+  // cudaStreamWaitEvent, and a consumer stream can wait on a handle's completion
+  // event the same way: ordering on the device, no host synchronisation.
+  virtual void* cuda_event() const { return nullptr; }
 };
+using ReadyEventPtr = std::shared_ptr<ReadyEvent>;
 
 }  // namespace horovodlite

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "horovodlite/common.h"
@@ -22,6 +23,14 @@ class HostAllreduce {
   virtual bool enabled(DataType dtype, ReduceOp op, int64_t bytes) const = 0;
   // Average arrives as Sum (the caller applies the scaling).
   virtual Status run(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+
+  // fp16 compression done by the algorithm itself: a float32/float64 buffer is
+  // reduced with fp16 on the wire, converted segment by segment (no whole-buffer
+  // conversion passes); the result is fp16-rounded and identical on every rank.
+  virtual bool fp16_wire() const { return false; }
+  virtual Status run_fp16_wire(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+    return Status::Unimplemented(std::string(name()) + " has no fp16-on-the-wire mode");
+  }
 };
 
 // The implementations for this build and configuration, most preferred first;

@@ -25,4 +25,8 @@ Status RingBackend::run(void* buffer, int64_t count, DataType dtype, ReduceOp op
   return ring_->run(buffer, count, dtype, op);
 }
 
+Status RingBackend::run_fp16_wire(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+  return ring_->run_fp16_wire(buffer, count, dtype, op);
+}
+
 }  // namespace horovodlite

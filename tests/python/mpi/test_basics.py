@@ -29,7 +29,9 @@ def test_build_flags():
     assert hvd.mpi_enabled() and hvd.mpi_built()
     assert hvd.gloo_enabled() is False and hvd.gloo_built() is False
     assert isinstance(hvd.nccl_built(), int) and not isinstance(hvd.nccl_built(), bool)
-    assert hvd.cuda_built() is False and hvd.rocm_built() is False
+    # CUDA support comes with NCCL (both are detected at configure time), never ROCm.
+    assert isinstance(hvd.cuda_built(), bool) and hvd.cuda_built() == (hvd.nccl_built() > 0)
+    assert hvd.rocm_built() is False
     assert horovodlite.__version__
 
 

@@ -1,0 +1,41 @@
+// CUDA kernels of the device path: batched copies into and out of the fusion
+// buffer with pre/post scaling, and the fp16 compression casts. Each call is one
+// kernel launch per kMaxBatch tensors, enqueued on `stream`; nothing synchronises.
+// Semantics match the host kernels (kernels/reduce.h): float32 scales in float,
+// float64 and integers in double (integers truncated toward zero and saturated,
+// NaN -> 0), fp16/bf16 through float; factor 1 with equal types is a plain copy.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "horovodlite/common.h"
+
+namespace horovodlite {
+namespace cuda {
+
+// One tensor of a batch: `count` elements from src to dst (device pointers).
+struct CopyTask {
+  void* dst;
+  const void* src;
+  int64_t count;
+};
+
+// Tasks per kernel launch (they travel as the kernel's by-value argument).
+constexpr int kMaxBatch = 64;
+
+// dst = src * factor for every task, all of `dtype`. dst == src (in place) is allowed.
+cudaError_t batched_scale_copy(const CopyTask* tasks, int n, DataType dtype, double factor, cudaStream_t stream);
+
+// In place: buf = buf * factor.
+cudaError_t scale(void* buf, int64_t count, DataType dtype, double factor, cudaStream_t stream);
+
+// fp16 compression: dst (fp16) = half(src * factor), src float32 or float64 (scaled
+// in its own precision before the conversion, so a prescale can keep values in range).
+cudaError_t batched_to_half(const CopyTask* tasks, int n, DataType src_dtype, double factor, cudaStream_t stream);
+// dst (float32 or float64) = float(src fp16) * factor, scaled in dst's precision.
+cudaError_t batched_from_half(const CopyTask* tasks, int n, DataType dst_dtype, double factor, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace horovodlite

@@ -1,0 +1,29 @@
+// Small shape and scaling rules shared by the host and device executors.
+#pragma once
+
+#include "horovodlite/common.h"
+#include "message.h"
+
+namespace horovodlite {
+
+// Elements in one row of dim 0 (the product of the other dimensions).
+inline int64_t row_elements(const Shape& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+// `shape` with dim 0 replaced (a 0-d shape counts as [1]).
+inline Shape with_dim0(const Shape& shape, int64_t dim0) {
+  Shape s = shape.empty() ? Shape{1} : shape;
+  s[0] = dim0;
+  return s;
+}
+
+// Average is a Sum followed by a postscale of 1/size.
+inline double effective_postscale(const Response& r, int size) {
+  return r.reduce_op == ReduceOp::kAverage ? r.postscale / size : r.postscale;
+}
+inline ReduceOp effective_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
+}  // namespace horovodlite
