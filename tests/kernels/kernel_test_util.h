@@ -17,30 +17,6 @@ namespace horovodlite {
 namespace kernels {
 namespace testing {
 
-inline size_t elem_size(DataType t) {
-  switch (t) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
-inline const char* type_name(DataType t) {
-  static const char* kNames[] = {"uint8", "int8",     "int16",   "int32",   "int64",
-                                 "float16", "bfloat16", "float32", "float64", "bool"};
-  return kNames[static_cast<int>(t)];
-}
-
 inline const char* op_label(ReduceOp op) {
   static const char* kNames[] = {"average", "sum", "min", "max", "product"};
   return kNames[static_cast<int>(op)];
@@ -102,7 +78,7 @@ inline void fill_random(void* out, int64_t count, DataType t, std::mt19937_64& r
         break;
       default: {
         uint64_t r = rng();
-        std::memcpy(p + elem_size(t) * i, &r, elem_size(t));
+        std::memcpy(p + dtype_size(t) * i, &r, dtype_size(t));
       }
     }
   }
@@ -137,7 +113,7 @@ inline bool is_nan_elem(const uint8_t* p, DataType t) {
 
 // Index of the first element that differs (bitwise, NaN == NaN), or -1.
 inline int64_t first_mismatch(const void* a, const void* b, int64_t count, DataType t) {
-  const size_t es = elem_size(t);
+  const size_t es = dtype_size(t);
   const uint8_t* pa = static_cast<const uint8_t*>(a);
   const uint8_t* pb = static_cast<const uint8_t*>(b);
   for (int64_t i = 0; i < count; ++i) {

@@ -19,12 +19,10 @@ namespace {
 
 using testing::all_ops;
 using testing::all_types;
-using testing::elem_size;
 using testing::fill_random;
 using testing::first_mismatch;
 using testing::op_label;
 using testing::SkewedBuffer;
-using testing::type_name;
 
 const int64_t kCounts[] = {0, 1, 7, 8, 15, 16, 17, 1000, 100003};
 constexpr uint8_t kGuard = 0xa5;
@@ -35,14 +33,14 @@ template <class Kernel>
 void check_reduce(Kernel kernel, const std::vector<uint8_t>& d, const std::vector<uint8_t>& s,
                   const std::vector<uint8_t>& expected, int64_t count, DataType t, ReduceOp op, int skew,
                   const char* what) {
-  const size_t es = elem_size(t);
+  const size_t es = dtype_size(t);
   SkewedBuffer db(count, es, skew), sb(count, es, skew + 1);
   std::memcpy(db.data(), d.data(), count * es);
   std::memcpy(sb.data(), s.data(), count * es);
   std::memset(db.end_guard(count), kGuard, 16);
   kernel(db.data(), sb.data(), count, t, op);
   EXPECT_EQ(first_mismatch(db.data(), expected.data(), count, t), -1)
-      << what << " dtype=" << type_name(t) << " op=" << op_label(op) << " count=" << count << " skew=" << skew;
+      << what << " dtype=" << dtype_name(t) << " op=" << op_label(op) << " count=" << count << " skew=" << skew;
   for (int g = 0; g < 16; ++g) ASSERT_EQ(db.end_guard(count)[g], kGuard) << what << " wrote past the end";
   EXPECT_EQ(std::memcmp(sb.data(), s.data(), count * es), 0) << what << " modified the source";
 }
@@ -50,7 +48,7 @@ void check_reduce(Kernel kernel, const std::vector<uint8_t>& d, const std::vecto
 TEST(ReduceInto, VectorMatchesScalarForEveryTypeOpAndCount) {
   std::mt19937_64 rng(12345);
   for (DataType t : all_types()) {
-    const size_t es = elem_size(t);
+    const size_t es = dtype_size(t);
     for (ReduceOp op : all_ops()) {
       for (int64_t count : kCounts) {
         std::vector<uint8_t> d(count * es + 1), s(count * es + 1);
@@ -177,7 +175,7 @@ const double kFactors[] = {0.5, -1.5, 3.0, 1.0 / 3.0, 0.0};
 TEST(Scale, VectorMatchesScalarForEveryTypeAndCount) {
   std::mt19937_64 rng(777);
   for (DataType t : all_types()) {
-    const size_t es = elem_size(t);
+    const size_t es = dtype_size(t);
     for (double factor : kFactors) {
       for (int64_t count : kCounts) {
         std::vector<uint8_t> src(count * es + 1);
@@ -189,17 +187,17 @@ TEST(Scale, VectorMatchesScalarForEveryTypeAndCount) {
         std::memset(out.end_guard(count), kGuard, 16);
         scale_copy(out.data(), in.data(), count, t, factor);
         EXPECT_EQ(first_mismatch(out.data(), expected.data(), count, t), -1)
-            << "scale_copy " << type_name(t) << " factor=" << factor << " count=" << count;
+            << "scale_copy " << dtype_name(t) << " factor=" << factor << " count=" << count;
         for (int g = 0; g < 16; ++g) ASSERT_EQ(out.end_guard(count)[g], kGuard);
         scale(in.data(), count, t, factor);  // in place
         EXPECT_EQ(first_mismatch(in.data(), expected.data(), count, t), -1)
-            << "scale " << type_name(t) << " factor=" << factor << " count=" << count;
+            << "scale " << dtype_name(t) << " factor=" << factor << " count=" << count;
 #if HVL_KERNELS_X86
         if (cpu_has_avx2_f16c()) {
           std::memcpy(in.data(), src.data(), count * es);
           detail::avx2_scale_copy(out.data(), in.data(), count, t, factor);
           EXPECT_EQ(first_mismatch(out.data(), expected.data(), count, t), -1)
-              << "avx2_scale_copy " << type_name(t) << " factor=" << factor << " count=" << count;
+              << "avx2_scale_copy " << dtype_name(t) << " factor=" << factor << " count=" << count;
         }
 #endif
       }

@@ -18,7 +18,6 @@ namespace horovodlite {
 namespace kernels {
 namespace {
 
-using testing::elem_size;
 using testing::fill_random;
 using testing::first_mismatch;
 using testing::op_label;
@@ -68,14 +67,14 @@ TEST(WireKernels, VectorMatchesScalarAndScalarMatchesDefinition) {
   if (!cpu_has_avx2_f16c()) GTEST_SKIP() << "no AVX2/F16C on this CPU";
   std::mt19937_64 rng(42);
   for (DataType t : kWireTypes) {
-    const size_t es = elem_size(t);
+    const size_t es = dtype_size(t);
     for (ReduceOp op : testing::all_ops()) {
       for (int mode = 0; mode < 6; ++mode) {  // round x {no out, separate out, out in place}
         const bool round = mode & 1;
         const int out_kind = mode >> 1;
         for (int64_t n : kCounts) {
           for (int skew : {0, 1, 3}) {
-            const std::string what = std::string(testing::type_name(t)) + "/" + op_label(op) + " n=" +
+            const std::string what = std::string(dtype_name(t)) + "/" + op_label(op) + " n=" +
                                      std::to_string(n) + " skew=" + std::to_string(skew) +
                                      " round=" + std::to_string(round) + " out=" + std::to_string(out_kind);
             SkewedBuffer dv(n, es, skew), ds(n, es, skew), dr(n, es, 0);
@@ -119,17 +118,17 @@ TEST(WireKernels, RoundedBufferEqualsWidenedOutput) {
   std::mt19937_64 rng(7);
   for (DataType t : kWireTypes) {
     const int64_t n = 777;
-    const size_t es = elem_size(t);
+    const size_t es = dtype_size(t);
     SkewedBuffer d(n, es, 1), back(n, es, 0);
     fill_random(d.data(), n, t, rng);
     const std::vector<uint16_t> src = random_halves(n, rng);
     std::vector<uint16_t> out(n);
     reduce_half_into(d.data(), src.data(), out.data(), n, t, ReduceOp::kSum, true);
     from_half_n(back.data(), out.data(), n, t);
-    EXPECT_EQ(first_mismatch(d.data(), back.data(), n, t), -1) << testing::type_name(t);
+    EXPECT_EQ(first_mismatch(d.data(), back.data(), n, t), -1) << dtype_name(t);
     std::vector<uint16_t> again(n);
     to_half_n(again.data(), d.data(), n, t);
-    EXPECT_EQ(first_mismatch(again.data(), out.data(), n, DataType::kFloat16), -1) << testing::type_name(t);
+    EXPECT_EQ(first_mismatch(again.data(), out.data(), n, DataType::kFloat16), -1) << dtype_name(t);
   }
 }
 

@@ -41,24 +41,6 @@ const Env& env() {
   return e;
 }
 
-size_t esize(DataType t) {
-  switch (t) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
 std::string label(DataType t, ReduceOp op, int64_t count, int64_t seg) {
   static const char* kTypes[] = {"uint8", "int8", "int16", "int32", "int64",
                                  "float16", "bfloat16", "float32", "float64", "bool"};
@@ -75,9 +57,9 @@ std::vector<uint8_t> make_input(DataType t, ReduceOp op, int64_t count, int rank
   const bool product = op == ReduceOp::kProduct;
   std::uniform_int_distribution<int> small(product ? -3 : -30, product ? 3 : 30);
   std::uniform_real_distribution<double> real(-1.0, 1.0);
-  std::vector<uint8_t> buf(count * esize(t) + 1);
+  std::vector<uint8_t> buf(count * dtype_size(t) + 1);
   for (int64_t i = 0; i < count; ++i) {
-    uint8_t* p = buf.data() + i * esize(t);
+    uint8_t* p = buf.data() + i * dtype_size(t);
     const int v = small(rng);
     switch (t) {
       case DataType::kUInt8: {
@@ -246,8 +228,8 @@ void check_case(RingAllreduce& ring, DataType t, ReduceOp op, int64_t count) {
   if (!is_float) {
     const uint8_t* exp = ref.raw.data();
     int64_t first_bad = -1;
-    for (int64_t i = 0; i < count * static_cast<int64_t>(esize(t)) && first_bad < 0; ++i) {
-      if (buf[i] != exp[i]) first_bad = i / static_cast<int64_t>(esize(t));
+    for (int64_t i = 0; i < count * static_cast<int64_t>(dtype_size(t)) && first_bad < 0; ++i) {
+      if (buf[i] != exp[i]) first_bad = i / static_cast<int64_t>(dtype_size(t));
     }
     EXPECT_EQ(first_bad, -1) << what << ": first differing element";
     return;
@@ -261,14 +243,14 @@ void check_case(RingAllreduce& ring, DataType t, ReduceOp op, int64_t count) {
   const double tol = exact ? 0.0 : 4.0 * eps * env().size;
   int64_t bad = 0, first_bad = -1;
   for (int64_t i = 0; i < count; ++i) {
-    const double got = element_as_double(buf.data() + i * esize(t), t);
+    const double got = element_as_double(buf.data() + i * dtype_size(t), t);
     if (!(std::fabs(got - expected[i]) <= tol)) {
       if (first_bad < 0) first_bad = i;
       ++bad;
     }
   }
   EXPECT_EQ(bad, 0) << what << ": first at " << first_bad << " got "
-                    << (first_bad >= 0 ? element_as_double(buf.data() + first_bad * esize(t), t) : 0.0)
+                    << (first_bad >= 0 ? element_as_double(buf.data() + first_bad * dtype_size(t), t) : 0.0)
                     << " want " << (first_bad >= 0 ? expected[first_bad] : 0.0);
 }
 
