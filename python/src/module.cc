@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,12 +108,19 @@ AllreduceOptions allreduce_options(int op, double prescale, double postscale) {
   return options;
 }
 
+// `output` (out of place only): the tensor to write the result into, e.g. a
+// buffer reused from step to step; otherwise a new tensor is allocated.
 PyHandle allreduce_async(const at::Tensor& tensor, const std::string& name, int op, double prescale,
-                         double postscale, bool in_place, bool fp16_wire) {
+                         double postscale, bool in_place, bool fp16_wire,
+                         const std::optional<at::Tensor>& output) {
   AllreduceOptions options = allreduce_options(op, prescale, postscale);
   // fp16_wire: float32/float64 are converted to fp16 inside the core while being
   // packed for the wire (no fp16 copy of the tensor), and restored on the way out.
   if (fp16_wire) options.compression = horovodlite::Compression::kFp16;
+  if (output.has_value()) {
+    torch::check_argument(!in_place, "allreduce: an output tensor cannot be given to the in-place form");
+    return PyHandle(torch::allreduce_async(tensor, *output, name, options));
+  }
   return PyHandle(in_place ? torch::allreduce_async_(tensor, name, options)
                            : torch::allreduce_async(tensor, name, options));
 }
@@ -220,7 +228,7 @@ PYBIND11_MODULE(_C, m) {
   // ---- collectives; each returns a Handle at once ----
   m.def("allreduce_async", &allreduce_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
         py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"),
-        py::arg("fp16_wire") = false);
+        py::arg("fp16_wire") = false, py::arg("output") = py::none());
   m.def("allgather_async", [](const at::Tensor& t, const std::string& name) {
     return PyHandle(hvt::allgather_async(t, name));
   }, py::arg("tensor"), py::arg("name"));

@@ -153,6 +153,47 @@ TEST(TorchCollectives, AsyncInAnyOrderAndInPlace) {
   }
 }
 
+TEST(TorchCollectives, AllreduceIntoGivenOutput) {
+  at::Tensor expected = expected_reduce({4, 5}, at::kFloat, ReduceOp::kSum, 7).to(at::kFloat);
+  // Two buffers used in turn, as an optimizer reuses them step after step; the
+  // input is non-contiguous in one round and the output has another shape (same numel).
+  std::vector<at::Tensor> buffers = {at::full({20}, -1.0f), at::full({4, 5}, -1.0f)};
+  for (int step = 0; step < 4; ++step) {
+    at::Tensor input = rank_values({4, 5}, rank(), at::kFloat);
+    if (step == 2) input = input.t().contiguous().t();  // same values, column-major
+    ASSERT_EQ(input.is_contiguous(), step != 2);
+    const at::Tensor before = input.clone();
+    at::Tensor& out = buffers[step % 2];
+    hvt::AsyncHandle handle = hvt::allreduce_async(input, out, "into." + std::to_string(step), {ReduceOp::kSum});
+    at::Tensor result = handle.synchronize();
+    EXPECT_TRUE(result.is_same(out)) << step;
+    EXPECT_TRUE(at::equal(out.view({4, 5}), expected)) << step;
+    EXPECT_TRUE(at::equal(input, before)) << "the input was modified, step " << step;
+  }
+  // The input itself as the output: in place.
+  at::Tensor t = rank_values({4, 5}, rank(), at::kFloat);
+  EXPECT_TRUE(hvt::allreduce_async(t, t, "into.self", {ReduceOp::kSum}).synchronize().is_same(t));
+  EXPECT_TRUE(at::equal(t, expected));
+
+  // Rejected on every rank alike: another dtype or numel, non-contiguous, overlapping.
+  at::Tensor x = at::ones({6}, at::kDouble);
+  auto rejects = [&](const at::Tensor& output, const std::string& what) {
+    try {
+      hvt::allreduce_async(x, output, "into.bad", {ReduceOp::kSum});
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const hvt::HorovodError& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument) << what << ": " << e.what();
+    }
+  };
+  rejects(at::empty({6}, at::kFloat), "another dtype");
+  rejects(at::empty({7}, at::kDouble), "another numel");
+  rejects(at::empty({12}, at::kDouble).slice(0, 0, 12, 2), "a non-contiguous output");
+  at::Tensor wide = at::ones({9}, at::kDouble);
+  x = wide.slice(0, 0, 6);
+  rejects(wide.slice(0, 3, 9), "an overlapping output");
+  EXPECT_TRUE(at::equal(wide, at::ones({9}, at::kDouble)));
+}
+
 TEST(TorchCollectives, DroppedHandleKeepsTensorsAlive) {
   // The handle and the only reference to the tensor go away before completion.
   for (int i = 0; i < 4; ++i) {

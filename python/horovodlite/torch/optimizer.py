@@ -12,7 +12,12 @@ frame. A piece of gradient that arrives after the parameter's allreduce was
 started (same pass) is kept aside by a tensor hook, reduced at synchronize()
 and added; such parameters are sent at synchronize() from then on. For this
 the gradient allreduce is out of place (Horovod's is in place): one extra
-gradient-sized buffer per step.
+gradient-sized buffer per parameter.
+
+The results go into two buffers kept per parameter, used in turn: p.grad is
+set_() to the one just written and the next step writes into the other, so
+steps allocate no gradient memory (a new output tensor per step costs page
+faults: the allocator returns large blocks to the system when they are freed).
 """
 
 import os
@@ -23,9 +28,10 @@ from contextlib import contextmanager
 import torch
 
 from horovodlite.common.process_sets import global_process_set, check_global
+from horovodlite.torch import _C
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
-from horovodlite.torch.mpi_ops import (Average, Adasum, Sum, _allreduce_async, allreduce_async,  # noqa: F401
+from horovodlite.torch.mpi_ops import (Average, Adasum, Sum, _Handle, _single, allreduce_async,  # noqa: F401
                                        grouped_allreduce_async, synchronize, size)
 
 _BACKWARD_CODE = torch.autograd.backward.__code__
@@ -100,6 +106,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._counted = set()       # parameters counted in the current pass
         self._rest = {}             # parameter -> gradient that arrived after its allreduce left
         self._late = set()          # parameters sent at synchronize() (their gradient arrives in pieces)
+        self._buffers = {}          # parameter -> [two result buffers, index of the one used last]
 
         if groups is not None:
             if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
@@ -183,6 +190,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         return 1.0, 1.0
 
+    def _result_buffer(self, p, tensor):
+        """Where p's allreduce of ``tensor`` writes: of p's two buffers, the one not
+        used last time, unless ``tensor`` (p.grad) lives in it."""
+        entry = self._buffers.get(p)
+        if entry is None or entry[0][0].dtype != tensor.dtype or entry[0][0].shape != tensor.shape \
+                or entry[0][0].device != tensor.device:
+            entry = [[torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device) for _ in range(2)], 1]
+            self._buffers[p] = entry
+        buffers, last = entry
+        i = 1 - last
+        if buffers[i].data_ptr() == tensor.data_ptr():
+            i = last
+        entry[1] = i
+        return buffers[i]
+
+    def _allreduce_into(self, tensor, output, name, fp16_wire):
+        pre, post = self._scale_factors()
+        return _Handle([_C.allreduce_async(tensor, name, self.op, pre, post, False, fp16_wire, output)], _single)
+
     def _allreduce_grad_async(self, p):
         if p.grad is None:
             # Not computed here, but another rank may have computed it: send zeros.
@@ -193,13 +219,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if not self.sparse_as_dense:
                 raise ValueError("horovodlite: sparse gradient for %s; use sparse_as_dense=True" % name)
             tensor = tensor.to_dense()
+        elif self._compression is Compression.none:
+            # Out of place, so that p.grad is only read while the allreduce runs.
+            return _Pending(self._allreduce_into(tensor, self._result_buffer(p, tensor), name, False), None)
         pre, post = self._scale_factors()
         if self._compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64):
             # The built-in fp16 compressor runs inside the core: the gradient is
             # converted while being packed for the wire and restored on the way out,
             # so no fp16 copy is made here; the result already has the grad's dtype.
-            handle = _allreduce_async(tensor, name, self.op, pre, post, self.process_set, False,
-                                      "DistributedOptimizer", fp16_wire=True)
+            output = tensor.new_empty(tensor.shape) if p.grad.is_sparse else self._result_buffer(p, tensor)
+            handle = self._allreduce_into(tensor, output, name, True)
             return _Pending(handle, tensor.dtype)  # FP16Compressor.decompress(x, dtype): a no-op cast
         compressed, ctx = self._compression.compress(tensor)
         # Out of place, so that p.grad is only read while the allreduce runs.

@@ -115,6 +115,37 @@ def test_fp16_compression_close(size, rank):
         assert torch.allclose(p, q, rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("set_to_none", [False, True])
+@pytest.mark.parametrize("fp16", [False, True])
+def test_result_buffers_reused(set_to_none, fp16, size, rank):
+    """The gradients land in two buffers per parameter, used in turn, and are
+    right in every step, whether zero_grad() zeroes p.grad or drops it."""
+    model = _mlp()
+    reference = copy.deepcopy(model)
+    kwargs = {"compression": hvd.Compression.fp16} if fp16 else {}
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters(), **kwargs)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    tol = dict(rtol=1e-2, atol=1e-3) if fp16 else TOL
+    xs, ys = _data(6, 1, size)
+    seen = {p: set() for p in model.parameters()}
+    for s in range(6):
+        opt.zero_grad(set_to_none=set_to_none)
+        x, y = xs[s, 0, rank * BATCH:(rank + 1) * BATCH], ys[s, 0, rank * BATCH:(rank + 1) * BATCH]
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.synchronize()
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(xs[s, 0]), ys[s, 0]).backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            assert torch.allclose(p.grad, q.grad, **tol), "step %d" % s
+            seen[p].add(p.grad.data_ptr())
+        with opt.skip_synchronize():
+            opt.step()
+        ref_opt.step()
+    if size > 1:
+        assert all(len(ptrs) == 2 for ptrs in seen.values()), [len(ptrs) for ptrs in seen.values()]
+
+
 class _Shared(torch.nn.Module):
     """One Linear used in two reentrant checkpoint segments and once outside:
     its accumulator hook fires three times per backward pass."""

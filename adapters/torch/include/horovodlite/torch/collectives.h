@@ -38,6 +38,11 @@ AsyncHandle allreduce_async(const at::Tensor& tensor, const std::string& name = 
                             const AllreduceOptions& options = {});
 AsyncHandle allreduce_async_(const at::Tensor& tensor, const std::string& name = "",
                              const AllreduceOptions& options = {});
+// Into a given `output`: same dtype, numel and device as `input`, contiguous, and
+// either `input` itself (in place) or not overlapping it. synchronize() returns
+// `output`. Lets callers reuse result buffers instead of allocating one per call.
+AsyncHandle allreduce_async(const at::Tensor& input, const at::Tensor& output, const std::string& name,
+                            const AllreduceOptions& options = {});
 at::Tensor allreduce(const at::Tensor& tensor, const std::string& name = "", const AllreduceOptions& options = {});
 at::Tensor allreduce_(const at::Tensor& tensor, const std::string& name = "", const AllreduceOptions& options = {});
 
