@@ -25,39 +25,16 @@
 #include <string>
 
 #include "kernels/reduce.h"
+#include "mpi_context.h"
 
 namespace horovodlite {
 
 namespace {
 
-int64_t element_bytes(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;
-}
-
 // `call` is the stringified call; only the function name is reported.
 Status mpi_error(const char* call, int rc) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  std::string name(call);
-  name = name.substr(0, name.find('('));
-  return Status::Internal("RingAllreduce: " + name + " failed: " + std::string(text, len));
+  const std::string name(call);
+  return mpi_status(rc, ("RingAllreduce: " + name.substr(0, name.find('('))).c_str());
 }
 
 #define HVL_RING_MPI_CALL(call)                                                 \
@@ -164,7 +141,7 @@ Status RingAllreduce::ensure_scratch(int64_t slot_bytes, int slots) {
 Status RingAllreduce::run(void* buf, int64_t count, DataType dtype, ReduceOp op) {
   HVL_RETURN_IF_ERROR(init_status_);
   if (count < 0) return Status::InvalidArgument("RingAllreduce: negative count " + std::to_string(count));
-  const int64_t esize = element_bytes(dtype);
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   if (esize == 0) {
     return Status::InvalidArgument("RingAllreduce: invalid dtype " + std::to_string(static_cast<int>(dtype)));
   }
@@ -206,7 +183,7 @@ Status RingAllreduce::post_recv(uint8_t* buf, int64_t k) {
 }
 
 Status RingAllreduce::execute(uint8_t* buf, DataType dtype, ReduceOp op) {
-  const int64_t esize = element_bytes(dtype);
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t depth = options_.pipeline_depth;
   const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
   const int64_t nsend = static_cast<int64_t>(send_segments_.size());
@@ -300,7 +277,7 @@ Status RingAllreduce::run_fp16_wire(void* buf, int64_t count, DataType dtype, Re
   }
   if (count > 0 && buf == nullptr) return Status::InvalidArgument("RingAllreduce: null buffer");
   if (count == 0) return Status::OK();
-  const int64_t esize = element_bytes(dtype);
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   uint8_t* bytes = static_cast<uint8_t*>(buf);
   if (size_ == 1) {  // the result is still what the wire would carry
     uint16_t half[1024];
@@ -320,7 +297,7 @@ Status RingAllreduce::run_fp16_wire(void* buf, int64_t count, DataType dtype, Re
 }
 
 Status RingAllreduce::execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp op) {
-  const int64_t esize = element_bytes(dtype);
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t depth = options_.pipeline_depth;
   const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
   const int64_t nsend = static_cast<int64_t>(send_segments_.size());
