@@ -85,16 +85,7 @@ HostAllreduce& Executor::choose(DataType dtype, ReduceOp op, int64_t bytes) {
 }
 
 Status Executor::agree(const Status& local, const std::string& name) {
-  // Every rank must learn of a failure before any enters the collective, or the
-  // others would wait in it forever.
-  int ok = local.ok() ? 1 : 0;
-  HVL_RETURN_IF_ERROR(mpi_status(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, mpi_.comm()), "MPI_Allreduce"));
-  if (!local.ok()) return local;
-  if (!ok) {
-    return Status::Aborted("collective on '" + name +
-                           "' failed on another rank (its output was too large or could not be allocated)");
-  }
-  return Status::OK();
+  return agree_across_ranks(mpi_.comm(), local, name, "its output was too large or could not be allocated");
 }
 
 Status Executor::execute(const Response& r, const std::vector<TensorEntry*>& entries) {

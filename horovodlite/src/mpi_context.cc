@@ -37,6 +37,14 @@ Status mpi_status(int rc, const char* call) {
   return Status::Internal(std::string(call) + " failed: " + std::string(msg, len));
 }
 
+Status agree_across_ranks(MPI_Comm comm, const Status& local, const std::string& name, const char* elsewhere) {
+  int ok = local.ok() ? 1 : 0;
+  HVL_RETURN_IF_ERROR(mpi_status(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, comm), "MPI_Allreduce"));
+  if (!local.ok()) return local;
+  if (!ok) return Status::Aborted("collective on '" + name + "' failed on another rank (" + elsewhere + ")");
+  return Status::OK();
+}
+
 Status mpi_wait(MPI_Request* request, const char* what, int max_sleep_us) {
   int done = 0;
   int attempts = 0;

@@ -6,6 +6,8 @@
 
 #include <mpi.h>
 
+#include <string>
+
 #include "horovodlite/common.h"
 
 namespace horovodlite {
@@ -55,5 +57,12 @@ Status mpi_wait(MPI_Request* request, const char* what, int max_sleep_us = 200);
 
 // MPI error code -> Status naming the call.
 Status mpi_status(int rc, const char* call);
+
+// For a collective whose preparation can fail on some ranks only (output
+// allocation, size limits, device setup): every rank learns of a failure before
+// any enters the collective, or the others would wait in it forever. Returns
+// `local` if it failed here, kAborted naming `name` and `elsewhere` if it failed
+// on another rank, OK if it succeeded everywhere.
+Status agree_across_ranks(MPI_Comm comm, const Status& local, const std::string& name, const char* elsewhere);
 
 }  // namespace horovodlite

@@ -48,15 +48,8 @@ DeviceExecutor::~DeviceExecutor() {
 }
 
 Status DeviceExecutor::agree(const Status& local, const std::string& name) {
-  int ok = local.ok() ? 1 : 0;
-  HVL_RETURN_IF_ERROR(mpi_status(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, mpi_.comm()), "MPI_Allreduce"));
-  if (!local.ok()) return local;
-  if (!ok) {
-    return Status::Aborted("collective on '" + name +
-                           "' failed on another rank (its output could not be allocated, or its GPU could not be "
-                           "set up)");
-  }
-  return Status::OK();
+  return agree_across_ranks(mpi_.comm(), local, name,
+                            "its output could not be allocated, or its GPU could not be set up");
 }
 
 Status DeviceExecutor::ensure_context(int device) {

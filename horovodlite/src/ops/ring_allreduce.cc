@@ -45,6 +45,24 @@ Status mpi_error(const char* call, int rc) {
 
 inline int mod(int a, int p) { return ((a % p) + p) % p; }
 
+// The checks both run() and run_fp16_wire() make of their op and buffer.
+Status check_op_and_buffer(const void* buf, int64_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+    case ReduceOp::kProduct:
+      break;
+    case ReduceOp::kAdasum:
+      return Status::Unimplemented("RingAllreduce: Adasum is not implemented");
+    default:
+      return Status::InvalidArgument("RingAllreduce: invalid reduce op " + std::to_string(static_cast<int>(op)));
+  }
+  if (count > 0 && buf == nullptr) return Status::InvalidArgument("RingAllreduce: null buffer");
+  return Status::OK();
+}
+
 }  // namespace
 
 void RingAllreduce::FreeDeleter::operator()(void* p) const { std::free(p); }
@@ -145,19 +163,7 @@ Status RingAllreduce::run(void* buf, int64_t count, DataType dtype, ReduceOp op)
   if (esize == 0) {
     return Status::InvalidArgument("RingAllreduce: invalid dtype " + std::to_string(static_cast<int>(dtype)));
   }
-  switch (op) {
-    case ReduceOp::kAverage:
-    case ReduceOp::kSum:
-    case ReduceOp::kMin:
-    case ReduceOp::kMax:
-    case ReduceOp::kProduct:
-      break;
-    case ReduceOp::kAdasum:
-      return Status::Unimplemented("RingAllreduce: Adasum is not implemented");
-    default:
-      return Status::InvalidArgument("RingAllreduce: invalid reduce op " + std::to_string(static_cast<int>(op)));
-  }
-  if (count > 0 && buf == nullptr) return Status::InvalidArgument("RingAllreduce: null buffer");
+  HVL_RETURN_IF_ERROR(check_op_and_buffer(buf, count, op));
   if (size_ == 1 || count == 0) return Status::OK();
   plan(count, esize);
   const int64_t largest_chunk = (count + size_ - 1) / size_;
@@ -263,19 +269,7 @@ Status RingAllreduce::run_fp16_wire(void* buf, int64_t count, DataType dtype, Re
     return Status::InvalidArgument("RingAllreduce: fp16 wire needs float32 or float64, got dtype " +
                                    std::to_string(static_cast<int>(dtype)));
   }
-  switch (op) {
-    case ReduceOp::kAverage:
-    case ReduceOp::kSum:
-    case ReduceOp::kMin:
-    case ReduceOp::kMax:
-    case ReduceOp::kProduct:
-      break;
-    case ReduceOp::kAdasum:
-      return Status::Unimplemented("RingAllreduce: Adasum is not implemented");
-    default:
-      return Status::InvalidArgument("RingAllreduce: invalid reduce op " + std::to_string(static_cast<int>(op)));
-  }
-  if (count > 0 && buf == nullptr) return Status::InvalidArgument("RingAllreduce: null buffer");
+  HVL_RETURN_IF_ERROR(check_op_and_buffer(buf, count, op));
   if (count == 0) return Status::OK();
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   uint8_t* bytes = static_cast<uint8_t*>(buf);
