@@ -8,24 +8,7 @@
 #include <cstdlib>
 
 #include "horovodlite/horovodlite.h"
-
-namespace {
-
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed()) {
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-    }
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
+#include "mpi_test_listener.h"
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
@@ -35,11 +18,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int rank = horovodlite::rank();
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(rank));
-  }
+  hvl_test::report_from_rank(rank);
   int rc = RUN_ALL_TESTS();
   if (horovodlite::is_initialized()) horovodlite::shutdown();
   return rc;

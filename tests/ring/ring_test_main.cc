@@ -6,23 +6,7 @@
 
 #include <cstdio>
 
-namespace {
-
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed()) {
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-    }
-  }
-
- private:
-  int rank_;
-};
-
-}  // namespace
+#include "mpi_test_listener.h"
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -30,11 +14,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(rank));
-  }
+  hvl_test::report_from_rank(rank);
   const int local_rc = RUN_ALL_TESTS() != 0 ? 1 : 0;
   int any_rc = local_rc;
   MPI_Allreduce(&local_rc, &any_rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
