@@ -108,7 +108,7 @@ void RingAllreduce::append_segments(std::vector<Segment>* out, int chunk, int64_
   }
 }
 
-void RingAllreduce::plan(int64_t count, int64_t esize) {
+Status RingAllreduce::plan(int64_t count, int64_t esize) {
   const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / esize);
   const int p = size_;
   const int steps = 2 * (p - 1);
@@ -138,8 +138,12 @@ void RingAllreduce::plan(int64_t count, int64_t esize) {
       if (t >= p - 1) r.guard = send_step_start_[t - (p - 1)] + j;
     }
   }
+  if (recv_segments_.size() > INT_MAX || send_segments_.size() > INT_MAX) {
+    return Status::InvalidArgument("RingAllreduce: too many segments; raise segment_bytes");
+  }
   recv_requests_.assign(recv_segments_.size(), MPI_REQUEST_NULL);
   send_requests_.assign(send_segments_.size(), MPI_REQUEST_NULL);
+  return Status::OK();
 }
 
 Status RingAllreduce::ensure_scratch(int64_t slot_bytes, int slots) {
@@ -165,7 +169,7 @@ Status RingAllreduce::run(void* buf, int64_t count, DataType dtype, ReduceOp op)
   }
   HVL_RETURN_IF_ERROR(check_op_and_buffer(buf, count, op));
   if (size_ == 1 || count == 0) return Status::OK();
-  plan(count, esize);
+  HVL_RETURN_IF_ERROR(plan(count, esize));
   const int64_t largest_chunk = (count + size_ - 1) / size_;
   const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / esize);
   HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * esize, options_.pipeline_depth));
@@ -193,9 +197,6 @@ Status RingAllreduce::execute(uint8_t* buf, DataType dtype, ReduceOp op) {
   const int64_t depth = options_.pipeline_depth;
   const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
   const int64_t nsend = static_cast<int64_t>(send_segments_.size());
-  if (nrecv > INT_MAX || nsend > INT_MAX) {
-    return Status::InvalidArgument("RingAllreduce: too many segments; raise segment_bytes");
-  }
   sends_posted_ = 0;
   int64_t next_recv = 0;
   // Posts receives in order, up to `limit`, while they can be posted without
@@ -283,7 +284,7 @@ Status RingAllreduce::run_fp16_wire(void* buf, int64_t count, DataType dtype, Re
     return Status::OK();
   }
   constexpr int64_t kWire = 2;
-  plan(count, kWire);
+  HVL_RETURN_IF_ERROR(plan(count, kWire));
   const int64_t largest_chunk = (count + size_ - 1) / size_;
   const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / kWire);
   HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * kWire, 2 * options_.pipeline_depth));
@@ -295,9 +296,6 @@ Status RingAllreduce::execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp o
   const int64_t depth = options_.pipeline_depth;
   const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
   const int64_t nsend = static_cast<int64_t>(send_segments_.size());
-  if (nrecv > INT_MAX || nsend > INT_MAX) {
-    return Status::InvalidArgument("RingAllreduce: too many segments; raise segment_bytes");
-  }
   const int64_t n0 = send_step_start_[1];
   const int64_t last_scatter_begin = recv_step_start_[size_ - 2];
   const int64_t gather_begin = recv_step_start_[size_ - 1];

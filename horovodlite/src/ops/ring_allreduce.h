@@ -90,7 +90,8 @@ class RingAllreduce {
   // Appends the segments of chunk `chunk` to `out`.
   void append_segments(std::vector<Segment>* out, int chunk, int64_t count, int64_t esize,
                        int64_t seg_elems) const;
-  void plan(int64_t count, int64_t esize);
+  // Builds the segment schedule; fails if it needs more segments than MPI can count.
+  Status plan(int64_t count, int64_t esize);
   Status ensure_scratch(int64_t slot_bytes, int slots);
   Status execute(uint8_t* buf, DataType dtype, ReduceOp op);
   Status execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp op);
