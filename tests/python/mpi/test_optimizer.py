@@ -210,10 +210,14 @@ def test_unused_parameters_get_reduced(size, rank):
     assert torch.allclose(b.bias.grad, torch.full((3,), 2.0 * (size - 1) / size, dtype=torch.float64))
 
 
-def test_too_many_backward_passes_raises(rank):
+def _small_model_and_optimizer():
     model = torch.nn.Linear(2, 2)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    return model, hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                           named_parameters=model.named_parameters())
+
+
+def test_too_many_backward_passes_raises(rank):
+    model, opt = _small_model_and_optimizer()
     model(torch.ones(1, 2)).sum().backward()
     with pytest.raises(AssertionError, match="backward_passes_per_step"):
         model(torch.ones(1, 2)).sum().backward()
@@ -221,9 +225,7 @@ def test_too_many_backward_passes_raises(rank):
 
 
 def test_zero_grad_before_step_raises():
-    model = torch.nn.Linear(2, 2)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    model, opt = _small_model_and_optimizer()
     model(torch.ones(1, 2)).sum().backward()
     with pytest.raises(AssertionError, match="zero_grad"):
         opt.zero_grad()
@@ -232,9 +234,7 @@ def test_zero_grad_before_step_raises():
 
 
 def test_step_after_synchronize_warns():
-    model = torch.nn.Linear(2, 2)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
+    model, opt = _small_model_and_optimizer()
     model(torch.ones(1, 2)).sum().backward()
     opt.synchronize()
     with pytest.warns(UserWarning, match="skip_synchronize"):
