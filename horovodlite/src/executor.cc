@@ -65,7 +65,7 @@ Executor::Executor(MpiContext& mpi, const Config& config)
   device_ = make_device_ops(
       mpi, config, [this](const Response& r, const std::vector<TensorEntry*>& e) { return execute_host(r, e); },
       [this](void* buf, int64_t count, DataType dtype, ReduceOp op) {
-        return choose(dtype, op, count * static_cast<int64_t>(dtype_size(dtype))).run(buf, count, dtype, op);
+        return choose(dtype, op, count * static_cast<int64_t>(dtype_size(dtype))).run(buf, buf, count, dtype, op, 1.0);
       });
 }
 
@@ -134,26 +134,45 @@ Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& e
   // float32/float64 data as it is; otherwise the data is converted to an fp16
   // buffer and reduced as fp16.
   if (compress && !impl.fp16_wire()) return allreduce_fp16(r, entries);
-  auto reduce = [&](void* data) {
-    return compress ? impl.run_fp16_wire(data, total, r.dtype, op) : impl.run(data, total, r.dtype, op);
+  auto reduce = [&](const void* in, void* out, double postscale) {
+    return compress ? impl.run_fp16_wire(in, out, total, r.dtype, op, postscale)
+                    : impl.run(in, out, total, r.dtype, op, postscale);
   };
   last_algorithm_ = impl.name();
 
-  if (entries.size() == 1 && entries[0] != nullptr) {
-    // One tensor: reduce in the output itself, no copy through the fusion buffer.
-    TensorEntry& e = *entries[0];
-    void* out = e.output.data;
+  if (r.tensor_sizes.size() == 1) {
+    // One tensor: reduced from its input straight into its output (the
+    // algorithm reads the input and writes the output once; the postscale is
+    // applied on the way), no copy through the fusion buffer. Every rank takes
+    // this path with the same postscale (an algorithm may apply it on one rank
+    // for all): a joined rank reduces zeros in the fusion buffer.
+    const void* in = nullptr;
+    void* out = nullptr;
+    TensorEntry* e = entries.empty() ? nullptr : entries[0];
+    if (e != nullptr) {
+      in = e->input.data;
+      out = e->output.data;
+    } else {
+      out = fusion_.get(std::max<size_t>(total * elem, 1));
+      if (out == nullptr) return Status::Internal("out of memory allocating a fusion buffer");
+      std::memset(out, 0, total * elem);
+      in = out;
+    }
+    const auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
+    const auto bytes = static_cast<uintptr_t>(total * elem);
+    if (a != b && a < b + bytes && b < a + bytes) {  // views of one storage: reduce in place
+      std::memmove(out, in, bytes);
+      in = out;
+    }
     if (pre != 1.0) {
-      kernels::scale_copy(out, e.input.data, total, r.dtype, pre);
-    } else if (out != e.input.data && total > 0) {
-      std::memcpy(out, e.input.data, total * elem);
+      kernels::scale_copy(out, in, total, r.dtype, pre);
+      in = out;
     }
     {
       ObservedPhase phase(observer_, r, impl.name());
-      HVL_RETURN_IF_ERROR(reduce(out));
+      HVL_RETURN_IF_ERROR(reduce(in, out, post));
     }
-    if (post != 1.0) kernels::scale(out, total, r.dtype, post);
-    e.handle->set_output(e.output);
+    if (e != nullptr) e->handle->set_output(e->output);
     return Status::OK();
   }
 
@@ -175,7 +194,7 @@ Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& e
   }
   {
     ObservedPhase phase(observer_, r, impl.name());
-    HVL_RETURN_IF_ERROR(reduce(buf));
+    HVL_RETURN_IF_ERROR(reduce(buf, buf, 1.0));  // the postscale is applied while copying out
   }
   ObservedPhase phase(observer_, r, "MEMCPY_OUT_FUSION_BUFFER");
   int64_t off = 0;
@@ -209,7 +228,7 @@ Status Executor::allreduce_fp16(const Response& r, const std::vector<TensorEntry
   }
   {
     ObservedPhase phase(observer_, r, impl.name());
-    HVL_RETURN_IF_ERROR(impl.run(wire, total, DataType::kFloat16, op));
+    HVL_RETURN_IF_ERROR(impl.run(wire, wire, total, DataType::kFloat16, op, 1.0));
   }
   const double post = effective_postscale(r, mpi_.size());
   ObservedPhase phase(observer_, r, "MEMCPY_OUT_FUSION_BUFFER");

@@ -210,6 +210,35 @@ TEST(Allreduce, PrescaleAndPostscale) {
   }
 }
 
+// Into a separate output: the input is only read, and Average with pre- and
+// postscale is applied once, for a small tensor (MPI_Allreduce), one above the
+// ring threshold (reduced straight from input to output), and both again with
+// fp16 compression.
+TEST(Allreduce, OutOfPlaceAverageWithScalingLeavesTheInputAlone) {
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  for (int64_t n : {int64_t(5), int64_t(300001)}) {
+    for (Compression c : {Compression::kNone, Compression::kFp16}) {
+      std::vector<float> in(n), out(n, -1.0f);
+      for (int64_t i = 0; i < n; ++i) in[i] = static_cast<float>((rank + 1) * (i % 7));
+      const std::vector<float> original = in;
+      AllreduceOptions o;
+      o.op = ReduceOp::kAverage;
+      o.prescale_factor = 0.5;
+      o.postscale_factor = 4.0;
+      o.compression = c;
+      TensorView vi{in.data(), DataType::kFloat32, {n}}, vo{out.data(), DataType::kFloat32, {n}};
+      const std::string name = "oop." + std::to_string(n) + (c == Compression::kFp16 ? ".fp16" : "");
+      HVL_ASSERT_OK(allreduce_async(name, vi, vo, o)->wait());
+      ASSERT_EQ(in, original) << name;
+      const double mean_factor = (size + 1) / 2.0;  // mean over ranks of (rank + 1)
+      for (int64_t i = 0; i < n; i += (n > 100 ? 1009 : 1)) {
+        ASSERT_FLOAT_EQ(out[i], static_cast<float>(2.0 * mean_factor * (i % 7))) << name << " i " << i;
+      }
+      ASSERT_FLOAT_EQ(out[n - 1], static_cast<float>(2.0 * mean_factor * ((n - 1) % 7))) << name;
+    }
+  }
+}
+
 TEST(Allreduce, LargeFloat32) {
   const int rank = horovodlite::rank(), size = horovodlite::size();
   const int64_t n = int64_t(1) << 22;  // 16 MiB

@@ -69,6 +69,46 @@ TEST(ReduceInto, VectorMatchesScalarForEveryTypeOpAndCount) {
   }
 }
 
+// reduce(dst, a, b): out of place equals reduce_into on a copy of a, for the
+// dispatcher, the scalar and the vector kernels, and neither input changes.
+TEST(Reduce, OutOfPlaceMatchesInPlace) {
+  std::mt19937_64 rng(777);
+  for (DataType t : all_types()) {
+    const size_t es = dtype_size(t);
+    for (ReduceOp op : all_ops()) {
+      for (int64_t count : kCounts) {
+        std::vector<uint8_t> a(count * es + 1), b(count * es + 1);
+        fill_random(a.data(), count, t, rng);
+        fill_random(b.data(), count, t, rng);
+        std::vector<uint8_t> expected = a;
+        detail::scalar_reduce_into(expected.data(), b.data(), count, t, op);
+        std::vector<void (*)(void*, const void*, const void*, int64_t, DataType, ReduceOp)> kernels = {
+            reduce, detail::scalar_reduce};
+#if HVL_KERNELS_X86
+        if (cpu_has_avx2_f16c()) kernels.push_back(detail::avx2_reduce);
+#endif
+        for (size_t k = 0; k < kernels.size(); ++k) {
+          for (int skew : {0, 1, 3}) {
+            SkewedBuffer ab(count, es, skew), bb(count, es, skew + 1), db(count, es, skew + 2);
+            std::memcpy(ab.data(), a.data(), count * es);
+            std::memcpy(bb.data(), b.data(), count * es);
+            std::memset(db.data(), 0x77, count * es);
+            std::memset(db.end_guard(count), kGuard, 16);
+            kernels[k](db.data(), ab.data(), bb.data(), count, t, op);
+            const std::string what = "kernel " + std::to_string(k) + " dtype=" + dtype_name(t) +
+                                     " op=" + op_label(op) + " count=" + std::to_string(count) +
+                                     " skew=" + std::to_string(skew);
+            EXPECT_EQ(first_mismatch(db.data(), expected.data(), count, t), -1) << what;
+            for (int g = 0; g < 16; ++g) ASSERT_EQ(db.end_guard(count)[g], kGuard) << what << " wrote past the end";
+            EXPECT_EQ(std::memcmp(ab.data(), a.data(), count * es), 0) << what << " modified a";
+            EXPECT_EQ(std::memcmp(bb.data(), b.data(), count * es), 0) << what << " modified b";
+          }
+        }
+      }
+    }
+  }
+}
+
 template <class T>
 std::vector<T> reduce_values(std::vector<T> d, const std::vector<T>& s, DataType t, ReduceOp op) {
   reduce_into(d.data(), s.data(), static_cast<int64_t>(d.size()), t, op);

@@ -113,6 +113,34 @@ TEST(WireKernels, VectorMatchesScalarAndScalarMatchesDefinition) {
   }
 }
 
+// reduce_half(dst, a, ...): out of place equals reduce_half_into on a copy of
+// a (buffer and half output), and a is left alone.
+TEST(WireKernels, OutOfPlaceMatchesInPlace) {
+  std::mt19937_64 rng(4242);
+  for (DataType t : kWireTypes) {
+    const size_t es = dtype_size(t);
+    for (ReduceOp op : testing::all_ops()) {
+      for (bool round : {false, true}) {
+        for (int64_t n : kCounts) {
+          SkewedBuffer a(n, es, 1), in_place(n, es, 0), out_of_place(n, es, 2);
+          fill_random(a.data(), n, t, rng);
+          std::memcpy(in_place.data(), a.data(), n * es);
+          std::vector<uint8_t> a_copy(a.data(), a.data() + n * es);
+          const std::vector<uint16_t> src = random_halves(n, rng);
+          std::vector<uint16_t> half_in_place(n + 1, 0x1234), half_out(n + 1, 0x1234);
+          reduce_half_into(in_place.data(), src.data(), half_in_place.data(), n, t, op, round);
+          reduce_half(out_of_place.data(), a.data(), src.data(), half_out.data(), n, t, op, round);
+          const std::string what = std::string(dtype_name(t)) + "/" + op_label(op) + " n=" + std::to_string(n) +
+                                   " round=" + std::to_string(round);
+          ASSERT_EQ(first_mismatch(out_of_place.data(), in_place.data(), n, t), -1) << what;
+          ASSERT_EQ(half_out, half_in_place) << what;
+          ASSERT_EQ(std::memcmp(a.data(), a_copy.data(), n * es), 0) << what << ": a modified";
+        }
+      }
+    }
+  }
+}
+
 // Rounding the buffer must leave exactly what a receiver of the half gets.
 TEST(WireKernels, RoundedBufferEqualsWidenedOutput) {
   std::mt19937_64 rng(7);

@@ -311,6 +311,72 @@ TEST(RingAllreduce, ReusedObjectGrowsAndShrinks) {
   }
 }
 
+// Out of place with a postscale: bitwise what reducing a copy in place and
+// scaling every element afterwards gives (the owner of each chunk scales it
+// before passing it on); the input is only read; nothing is written past the
+// end. Also in place with a postscale, and the same for the fp16 wire.
+void check_out_of_place(RingAllreduce& ring, DataType t, ReduceOp op, int64_t count, double post, bool fp16) {
+  const std::string what = label(t, op, count, ring.options().segment_bytes) + " postscale=" +
+                           std::to_string(post) + (fp16 ? " fp16 wire" : "");
+  const size_t es = dtype_size(t);
+  const std::vector<uint8_t> input = make_input(t, op, count, env().rank);
+  auto run = [&](const void* in, void* out, double scale) {
+    return fp16 ? ring.run_fp16_wire(in, out, count, t, op, scale) : ring.run(in, out, count, t, op, scale);
+  };
+  std::vector<uint8_t> expected = input;
+  ASSERT_TRUE(run(expected.data(), expected.data(), 1.0).ok()) << what;
+  kernels::scale(expected.data(), count, t, post);
+
+  std::vector<uint8_t> in = input;
+  std::vector<uint8_t> out(count * es + 1, 0xcd);
+  out.back() = 0x5a;
+  const Status s = run(in.data(), out.data(), post);
+  ASSERT_TRUE(s.ok()) << what << ": " << s.message();
+  EXPECT_EQ(in, input) << what << ": the input was modified";
+  EXPECT_EQ(out.back(), 0x5a) << what << ": wrote past the end";
+  EXPECT_EQ(std::memcmp(out.data(), expected.data(), count * es), 0) << what << ": out of place";
+
+  std::vector<uint8_t> same = input;
+  ASSERT_TRUE(run(same.data(), same.data(), post).ok()) << what;
+  EXPECT_EQ(std::memcmp(same.data(), expected.data(), count * es), 0) << what << ": in place with a postscale";
+}
+
+TEST(RingAllreduce, OutOfPlaceWithPostscaleEqualsInPlaceThenScale) {
+  RingAllreduceOptions tiny;
+  tiny.segment_bytes = 8;
+  tiny.pipeline_depth = 1;
+  RingAllreduceOptions small;
+  small.segment_bytes = 1000;
+  for (const RingAllreduceOptions& options : {RingAllreduceOptions{}, tiny, small}) {
+    RingAllreduce ring(env().comm, options);
+    for (DataType t : kTypes) {
+      for (ReduceOp op : kOps) {
+        for (int64_t count : {0, 1, 2, 3, 5, 17, 1000, 65537}) {
+          if (options.segment_bytes < 64 && count > 1000) continue;  // keep tiny segments quick
+          const double post = t == DataType::kBool ? 1.0 : 1.0 / 3.0;
+          check_out_of_place(ring, t, op, count, post, false);
+          check_out_of_place(ring, t, op, count, 0.5, false);
+          if (t == DataType::kFloat32 || t == DataType::kFloat64) {
+            check_out_of_place(ring, t, op, count, post, true);
+            check_out_of_place(ring, t, op, count, 1.0, true);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RingAllreduce, OverlappingInputAndOutputAreRejected) {
+  RingAllreduce ring(env().comm);
+  std::vector<float> v(16, 1.0f);
+  EXPECT_EQ(ring.run(v.data(), v.data() + 1, 8, DataType::kFloat32, ReduceOp::kSum).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ring.run_fp16_wire(v.data() + 2, v.data(), 8, DataType::kFloat32, ReduceOp::kSum).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ring.run(v.data(), nullptr, 8, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(v, std::vector<float>(16, 1.0f));
+}
+
 TEST(RingAllreduce, InvalidArguments) {
   RingAllreduce ring(env().comm);
   float x = 1.0f;
@@ -335,6 +401,11 @@ TEST(RingAllreduce, SingleRankIsANoOp) {
   std::vector<int32_t> v = {1, 2, 3};
   ASSERT_TRUE(ring.run(v.data(), 3, DataType::kInt32, ReduceOp::kProduct).ok());
   EXPECT_EQ(v, (std::vector<int32_t>{1, 2, 3}));
+  // Out of place, it copies (and scales).
+  std::vector<float> in = {1.0f, -2.0f, 3.0f}, out(3, 0.0f);
+  ASSERT_TRUE(ring.run(in.data(), out.data(), 3, DataType::kFloat32, ReduceOp::kSum, 0.5).ok());
+  EXPECT_EQ(out, (std::vector<float>{0.5f, -1.0f, 1.5f}));
+  EXPECT_EQ(in, (std::vector<float>{1.0f, -2.0f, 3.0f}));
   MPI_Comm_free(&self);
 }
 

@@ -51,62 +51,66 @@ inline T op_max(T d, T s) {
   return (s > d || s != s) ? s : d;
 }
 
+// d[i] = f(a[i], s[i]); d may be a (in place).
 template <class T, class F>
-void reduce_loop(T* d, const T* s, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) d[i] = f(d[i], s[i]);
+void reduce_loop(T* d, const T* a, const T* s, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], s[i]);
 }
 
 template <class T>
-void reduce_typed(void* dst, const void* src, int64_t n, ReduceOp op) {
+void reduce_typed(void* dst, const void* src_a, const void* src, int64_t n, ReduceOp op) {
   T* d = static_cast<T*>(dst);
+  const T* a = static_cast<const T*>(src_a);
   const T* s = static_cast<const T*>(src);
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-      return reduce_loop(d, s, n, op_sum<T>);
+      return reduce_loop(d, a, s, n, op_sum<T>);
     case ReduceOp::kMin:
-      return reduce_loop(d, s, n, op_min<T>);
+      return reduce_loop(d, a, s, n, op_min<T>);
     case ReduceOp::kMax:
-      return reduce_loop(d, s, n, op_max<T>);
+      return reduce_loop(d, a, s, n, op_max<T>);
     case ReduceOp::kProduct:
-      return reduce_loop(d, s, n, op_product<T>);
+      return reduce_loop(d, a, s, n, op_product<T>);
     default:
       return;
   }
 }
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), class F>
-void reduce_16_loop(uint16_t* d, const uint16_t* s, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) d[i] = FromFloat(f(ToFloat(d[i]), ToFloat(s[i])));
+void reduce_16_loop(uint16_t* d, const uint16_t* a, const uint16_t* s, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = FromFloat(f(ToFloat(a[i]), ToFloat(s[i])));
 }
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void reduce_16(void* dst, const void* src, int64_t n, ReduceOp op) {
+void reduce_16(void* dst, const void* src_a, const void* src, int64_t n, ReduceOp op) {
   uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* a = static_cast<const uint16_t*>(src_a);
   const uint16_t* s = static_cast<const uint16_t*>(src);
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-      return reduce_16_loop<ToFloat, FromFloat>(d, s, n, op_sum<float>);
+      return reduce_16_loop<ToFloat, FromFloat>(d, a, s, n, op_sum<float>);
     case ReduceOp::kMin:
-      return reduce_16_loop<ToFloat, FromFloat>(d, s, n, op_min<float>);
+      return reduce_16_loop<ToFloat, FromFloat>(d, a, s, n, op_min<float>);
     case ReduceOp::kMax:
-      return reduce_16_loop<ToFloat, FromFloat>(d, s, n, op_max<float>);
+      return reduce_16_loop<ToFloat, FromFloat>(d, a, s, n, op_max<float>);
     case ReduceOp::kProduct:
-      return reduce_16_loop<ToFloat, FromFloat>(d, s, n, op_product<float>);
+      return reduce_16_loop<ToFloat, FromFloat>(d, a, s, n, op_product<float>);
     default:
       return;
   }
 }
 
-void reduce_bool(void* dst, const void* src, int64_t n, ReduceOp op) {
+void reduce_bool(void* dst, const void* src_a, const void* src, int64_t n, ReduceOp op) {
   uint8_t* d = static_cast<uint8_t*>(dst);
+  const uint8_t* a = static_cast<const uint8_t*>(src_a);
   const uint8_t* s = static_cast<const uint8_t*>(src);
   const bool is_or = op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kMax;
   if (is_or) {
-    for (int64_t i = 0; i < n; ++i) d[i] = (d[i] | s[i]) != 0 ? 1 : 0;
+    for (int64_t i = 0; i < n; ++i) d[i] = (a[i] | s[i]) != 0 ? 1 : 0;
   } else {
-    for (int64_t i = 0; i < n; ++i) d[i] = (d[i] != 0 && s[i] != 0) ? 1 : 0;
+    for (int64_t i = 0; i < n; ++i) d[i] = (a[i] != 0 && s[i] != 0) ? 1 : 0;
   }
 }
 
@@ -154,9 +158,9 @@ inline uint16_t to_half(T x) {
 }
 
 template <class T, bool kRound, bool kOut, class F>
-void reduce_half_loop(T* d, const uint16_t* s, uint16_t* out, int64_t n, F f) {
+void reduce_half_loop(T* d, const T* a, const uint16_t* s, uint16_t* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) {
-    const T r = f(d[i], static_cast<T>(half_to_float_scalar(s[i])));
+    const T r = f(a[i], static_cast<T>(half_to_float_scalar(s[i])));
     if constexpr (kRound || kOut) {
       const uint16_t h = to_half(r);
       d[i] = kRound ? static_cast<T>(half_to_float_scalar(h)) : r;
@@ -168,28 +172,30 @@ void reduce_half_loop(T* d, const uint16_t* s, uint16_t* out, int64_t n, F f) {
 }
 
 template <class T, class F>
-void reduce_half_modes(T* d, const uint16_t* s, uint16_t* out, int64_t n, bool round, F f) {
+void reduce_half_modes(T* d, const T* a, const uint16_t* s, uint16_t* out, int64_t n, bool round, F f) {
   if (round) {
-    if (out) return reduce_half_loop<T, true, true>(d, s, out, n, f);
-    return reduce_half_loop<T, true, false>(d, s, out, n, f);
+    if (out) return reduce_half_loop<T, true, true>(d, a, s, out, n, f);
+    return reduce_half_loop<T, true, false>(d, a, s, out, n, f);
   }
-  if (out) return reduce_half_loop<T, false, true>(d, s, out, n, f);
-  return reduce_half_loop<T, false, false>(d, s, out, n, f);
+  if (out) return reduce_half_loop<T, false, true>(d, a, s, out, n, f);
+  return reduce_half_loop<T, false, false>(d, a, s, out, n, f);
 }
 
 template <class T>
-void reduce_half_typed(void* dst, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op, bool round) {
+void reduce_half_typed(void* dst, const void* src_a, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op,
+                       bool round) {
   T* d = static_cast<T*>(dst);
+  const T* a = static_cast<const T*>(src_a);
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-      return reduce_half_modes(d, s, out, n, round, op_sum<T>);
+      return reduce_half_modes(d, a, s, out, n, round, op_sum<T>);
     case ReduceOp::kMin:
-      return reduce_half_modes(d, s, out, n, round, op_min<T>);
+      return reduce_half_modes(d, a, s, out, n, round, op_min<T>);
     case ReduceOp::kMax:
-      return reduce_half_modes(d, s, out, n, round, op_max<T>);
+      return reduce_half_modes(d, a, s, out, n, round, op_max<T>);
     case ReduceOp::kProduct:
-      return reduce_half_modes(d, s, out, n, round, op_product<T>);
+      return reduce_half_modes(d, a, s, out, n, round, op_product<T>);
     default:
       return;
   }
@@ -197,36 +203,36 @@ void reduce_half_typed(void* dst, const uint16_t* s, uint16_t* out, int64_t n, R
 
 }  // namespace
 
-void scalar_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                             ReduceOp op, bool round_dst) {
+void scalar_reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                        ReduceOp op, bool round_dst) {
   if (count <= 0) return;
-  if (dtype == DataType::kFloat32) return reduce_half_typed<float>(dst, src, out, count, op, round_dst);
-  if (dtype == DataType::kFloat64) return reduce_half_typed<double>(dst, src, out, count, op, round_dst);
+  if (dtype == DataType::kFloat32) return reduce_half_typed<float>(dst, a, src, out, count, op, round_dst);
+  if (dtype == DataType::kFloat64) return reduce_half_typed<double>(dst, a, src, out, count, op, round_dst);
 }
 
-void scalar_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+void scalar_reduce(void* dst, const void* a, const void* src, int64_t count, DataType dtype, ReduceOp op) {
   if (count <= 0) return;
   switch (dtype) {
     case DataType::kUInt8:
-      return reduce_typed<uint8_t>(dst, src, count, op);
+      return reduce_typed<uint8_t>(dst, a, src, count, op);
     case DataType::kInt8:
-      return reduce_typed<int8_t>(dst, src, count, op);
+      return reduce_typed<int8_t>(dst, a, src, count, op);
     case DataType::kInt16:
-      return reduce_typed<int16_t>(dst, src, count, op);
+      return reduce_typed<int16_t>(dst, a, src, count, op);
     case DataType::kInt32:
-      return reduce_typed<int32_t>(dst, src, count, op);
+      return reduce_typed<int32_t>(dst, a, src, count, op);
     case DataType::kInt64:
-      return reduce_typed<int64_t>(dst, src, count, op);
+      return reduce_typed<int64_t>(dst, a, src, count, op);
     case DataType::kFloat16:
-      return reduce_16<half_to_float_scalar, float_to_half_scalar>(dst, src, count, op);
+      return reduce_16<half_to_float_scalar, float_to_half_scalar>(dst, a, src, count, op);
     case DataType::kBFloat16:
-      return reduce_16<bfloat16_to_float_scalar, float_to_bfloat16_scalar>(dst, src, count, op);
+      return reduce_16<bfloat16_to_float_scalar, float_to_bfloat16_scalar>(dst, a, src, count, op);
     case DataType::kFloat32:
-      return reduce_typed<float>(dst, src, count, op);
+      return reduce_typed<float>(dst, a, src, count, op);
     case DataType::kFloat64:
-      return reduce_typed<double>(dst, src, count, op);
+      return reduce_typed<double>(dst, a, src, count, op);
     case DataType::kBool:
-      return reduce_bool(dst, src, count, op);
+      return reduce_bool(dst, a, src, count, op);
   }
 }
 
@@ -328,12 +334,16 @@ bool cpu_has_avx2_f16c() {
   return has;
 }
 
-void reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+void reduce(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op) {
   if (count <= 0) return;
 #if HVL_KERNELS_X86
-  if (cpu_has_avx2_f16c()) return detail::avx2_reduce_into(dst, src, count, dtype, op);
+  if (cpu_has_avx2_f16c()) return detail::avx2_reduce(dst, a, b, count, dtype, op);
 #endif
-  detail::scalar_reduce_into(dst, src, count, dtype, op);
+  detail::scalar_reduce(dst, a, b, count, dtype, op);
+}
+
+void reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+  reduce(dst, dst, src, count, dtype, op);
 }
 
 void scale(void* buf, int64_t count, DataType dtype, double factor) {
@@ -406,13 +416,18 @@ void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataTy
   from_half_n(dst, src, count, dtype);
 }
 
-void reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype, ReduceOp op,
-                      bool round_dst) {
+void reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                 ReduceOp op, bool round_dst) {
   if (count <= 0) return;
 #if HVL_KERNELS_X86
-  if (cpu_has_avx2_f16c()) return detail::avx2_reduce_half_into(dst, src, out, count, dtype, op, round_dst);
+  if (cpu_has_avx2_f16c()) return detail::avx2_reduce_half(dst, a, src, out, count, dtype, op, round_dst);
 #endif
-  detail::scalar_reduce_half_into(dst, src, out, count, dtype, op, round_dst);
+  detail::scalar_reduce_half(dst, a, src, out, count, dtype, op, round_dst);
+}
+
+void reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype, ReduceOp op,
+                      bool round_dst) {
+  reduce_half(dst, dst, src, out, count, dtype, op, round_dst);
 }
 
 }  // namespace kernels

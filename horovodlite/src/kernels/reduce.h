@@ -5,9 +5,11 @@
 //
 // Semantics:
 // - Pointers must be aligned to the element size (no vector alignment needed);
-//   dst and src of reduce_into must not overlap partially (dst == src is fine).
+//   the operands of a reduction must not overlap partially (dst == an input is
+//   fine: that is the in-place case).
 // - Integers: Sum and Product wrap around (two's complement), never UB.
-// - Floats: Min/Max return a NaN if either side is NaN; -0.0 vs +0.0 keeps dst.
+// - Floats: Min/Max return a NaN if either side is NaN; -0.0 vs +0.0 keeps the
+//   first operand (dst for the *_into forms).
 // - float16 (IEEE binary16) and bfloat16 reduce by widening to float, applying
 //   the op in float, and rounding back to nearest even.
 // - bool (one byte, 0/1): Sum/Average/Max = logical or, Min/Product = logical
@@ -30,6 +32,8 @@ namespace kernels {
 // dst[i] = dst[i] (op) src[i] for i < count. Average reduces as Sum (the division
 // is a postscale). bool: Sum/Max = logical or, Min/Product = logical and.
 void reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op);
+// dst[i] = a[i] (op) b[i]: the same, out of place (dst may be a or b).
+void reduce(void* dst, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op);
 
 // buf[i] *= factor. Integers: the product is computed in double, truncated
 // toward zero and saturated to the type's range (NaN -> 0). float32, float16
@@ -69,6 +73,10 @@ void from_half_n(void* dst, const uint16_t* src, int64_t count, DataType dtype);
 void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype);
 void reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype, ReduceOp op,
                       bool round_dst);
+// The same with the accumulator read from `a` (float32/float64 like dst):
+// dst[i] = a[i] (op) widen(src[i]), then as above. dst may be a.
+void reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                 ReduceOp op, bool round_dst);
 
 // Whether the vectorised AVX2/F16C paths are in use on this CPU.
 bool cpu_has_avx2_f16c();

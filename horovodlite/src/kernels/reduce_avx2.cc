@@ -115,37 +115,39 @@ struct AndOp {
   }
 };
 
+// d = a (op) s, element-wise; d may be a.
 template <class T, class Op>
-void reduce_vec(void* dst, const void* src, int64_t n, DataType dtype, ReduceOp op) {
+void reduce_vec(void* dst, const void* src_a, const void* src, int64_t n, DataType dtype, ReduceOp op) {
   using V = typename Vec<T>::type;
   constexpr int64_t L = Vec<T>::kLanes;
   T* d = static_cast<T*>(dst);
+  const T* a = static_cast<const T*>(src_a);
   const T* s = static_cast<const T*>(src);
   int64_t i = 0;
   for (; i + 4 * L <= n; i += 4 * L) {
-    V d0 = load<V>(d + i), d1 = load<V>(d + i + L), d2 = load<V>(d + i + 2 * L), d3 = load<V>(d + i + 3 * L);
+    V d0 = load<V>(a + i), d1 = load<V>(a + i + L), d2 = load<V>(a + i + 2 * L), d3 = load<V>(a + i + 3 * L);
     V s0 = load<V>(s + i), s1 = load<V>(s + i + L), s2 = load<V>(s + i + 2 * L), s3 = load<V>(s + i + 3 * L);
     store(d + i, Op::apply(d0, s0));
     store(d + i + L, Op::apply(d1, s1));
     store(d + i + 2 * L, Op::apply(d2, s2));
     store(d + i + 3 * L, Op::apply(d3, s3));
   }
-  for (; i + L <= n; i += L) store(d + i, Op::apply(load<V>(d + i), load<V>(s + i)));
-  if (i < n) scalar_reduce_into(d + i, s + i, n - i, dtype, op);
+  for (; i + L <= n; i += L) store(d + i, Op::apply(load<V>(a + i), load<V>(s + i)));
+  if (i < n) scalar_reduce(d + i, a + i, s + i, n - i, dtype, op);
 }
 
 template <class T>
-void reduce_dispatch(void* dst, const void* src, int64_t n, DataType dtype, ReduceOp op) {
+void reduce_dispatch(void* dst, const void* a, const void* src, int64_t n, DataType dtype, ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-      return reduce_vec<T, SumOp<T>>(dst, src, n, dtype, op);
+      return reduce_vec<T, SumOp<T>>(dst, a, src, n, dtype, op);
     case ReduceOp::kMin:
-      return reduce_vec<T, MinOp<T>>(dst, src, n, dtype, op);
+      return reduce_vec<T, MinOp<T>>(dst, a, src, n, dtype, op);
     case ReduceOp::kMax:
-      return reduce_vec<T, MaxOp<T>>(dst, src, n, dtype, op);
+      return reduce_vec<T, MaxOp<T>>(dst, a, src, n, dtype, op);
     case ReduceOp::kProduct:
-      return reduce_vec<T, ProductOp<T>>(dst, src, n, dtype, op);
+      return reduce_vec<T, ProductOp<T>>(dst, a, src, n, dtype, op);
     default:
       return;
   }
@@ -183,8 +185,9 @@ inline void bf8_store(uint16_t* p, __m256 f) {
 // bf16 values, so any NaN the op produces (an input NaN, quieted, or the
 // default NaN) has zero low 16 bits, which the rounding add leaves alone.
 template <class Op>
-void reduce_bf16_vec(void* dst, const void* src, int64_t n, DataType dtype, ReduceOp op) {
+void reduce_bf16_vec(void* dst, const void* src_a, const void* src, int64_t n, DataType dtype, ReduceOp op) {
   uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* a = static_cast<const uint16_t*>(src_a);
   const uint16_t* s = static_cast<const uint16_t*>(src);
   const __m256i high_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   const __m256i bias = _mm256_set1_epi32(0x7fff);
@@ -196,7 +199,7 @@ void reduce_bf16_vec(void* dst, const void* src, int64_t n, DataType dtype, Redu
   };
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i dv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + i));
+    const __m256i dv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
     const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
     const __m256 even = Op::apply(_mm256_castsi256_ps(_mm256_slli_epi32(dv, 16)),
                                   _mm256_castsi256_ps(_mm256_slli_epi32(sv, 16)));
@@ -205,7 +208,7 @@ void reduce_bf16_vec(void* dst, const void* src, int64_t n, DataType dtype, Redu
     const __m256i merged = _mm256_blend_epi16(_mm256_srli_epi32(round(even), 16), round(odd), 0xaa);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), merged);
   }
-  if (i < n) scalar_reduce_into(d + i, s + i, n - i, dtype, op);
+  if (i < n) scalar_reduce(d + i, a + i, s + i, n - i, dtype, op);
 }
 
 struct HalfIo {
@@ -218,37 +221,38 @@ struct BfIo {
 };
 
 template <class Io, class Op>
-void reduce_16_vec(void* dst, const void* src, int64_t n, DataType dtype, ReduceOp op) {
+void reduce_16_vec(void* dst, const void* src_a, const void* src, int64_t n, DataType dtype, ReduceOp op) {
   if constexpr (std::is_same_v<Io, BfIo>) {
-    return reduce_bf16_vec<Op>(dst, src, n, dtype, op);  // 16 lanes without cross-lane shuffles
+    return reduce_bf16_vec<Op>(dst, src_a, src, n, dtype, op);  // 16 lanes without cross-lane shuffles
   }
   uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* a = static_cast<const uint16_t*>(src_a);
   const uint16_t* s = static_cast<const uint16_t*>(src);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    __m256 a0 = Io::load(d + i), a1 = Io::load(d + i + 8), a2 = Io::load(d + i + 16), a3 = Io::load(d + i + 24);
+    __m256 a0 = Io::load(a + i), a1 = Io::load(a + i + 8), a2 = Io::load(a + i + 16), a3 = Io::load(a + i + 24);
     __m256 b0 = Io::load(s + i), b1 = Io::load(s + i + 8), b2 = Io::load(s + i + 16), b3 = Io::load(s + i + 24);
     Io::store(d + i, Op::apply(a0, b0));
     Io::store(d + i + 8, Op::apply(a1, b1));
     Io::store(d + i + 16, Op::apply(a2, b2));
     Io::store(d + i + 24, Op::apply(a3, b3));
   }
-  for (; i + 8 <= n; i += 8) Io::store(d + i, Op::apply(Io::load(d + i), Io::load(s + i)));
-  if (i < n) scalar_reduce_into(d + i, s + i, n - i, dtype, op);
+  for (; i + 8 <= n; i += 8) Io::store(d + i, Op::apply(Io::load(a + i), Io::load(s + i)));
+  if (i < n) scalar_reduce(d + i, a + i, s + i, n - i, dtype, op);
 }
 
 template <class Io>
-void reduce_16_dispatch(void* dst, const void* src, int64_t n, DataType dtype, ReduceOp op) {
+void reduce_16_dispatch(void* dst, const void* a, const void* src, int64_t n, DataType dtype, ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-      return reduce_16_vec<Io, SumOp<float>>(dst, src, n, dtype, op);
+      return reduce_16_vec<Io, SumOp<float>>(dst, a, src, n, dtype, op);
     case ReduceOp::kMin:
-      return reduce_16_vec<Io, MinOp<float>>(dst, src, n, dtype, op);
+      return reduce_16_vec<Io, MinOp<float>>(dst, a, src, n, dtype, op);
     case ReduceOp::kMax:
-      return reduce_16_vec<Io, MaxOp<float>>(dst, src, n, dtype, op);
+      return reduce_16_vec<Io, MaxOp<float>>(dst, a, src, n, dtype, op);
     case ReduceOp::kProduct:
-      return reduce_16_vec<Io, ProductOp<float>>(dst, src, n, dtype, op);
+      return reduce_16_vec<Io, ProductOp<float>>(dst, a, src, n, dtype, op);
     default:
       return;
   }
@@ -325,11 +329,11 @@ inline __m128 pd_to_ps_round_odd(__m256d x) {
 // float: 8 lanes per step. Each step reads its 8 halves before writing its
 // 8 outputs, so out == src is fine.
 template <class Op, bool kRound, bool kOut>
-void reduce_half_f32(float* d, const uint16_t* s, uint16_t* out, int64_t n, int64_t* done) {
+void reduce_half_f32(float* d, const float* a, const uint16_t* s, uint16_t* out, int64_t n, int64_t* done) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 r0 = Op::apply(_mm256_loadu_ps(d + i), half8_load(s + i));
-    const __m256 r1 = Op::apply(_mm256_loadu_ps(d + i + 8), half8_load(s + i + 8));
+    const __m256 r0 = Op::apply(_mm256_loadu_ps(a + i), half8_load(s + i));
+    const __m256 r1 = Op::apply(_mm256_loadu_ps(a + i + 8), half8_load(s + i + 8));
     if constexpr (kRound || kOut) {
       const __m128i h0 = _mm256_cvtps_ph(r0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       const __m128i h1 = _mm256_cvtps_ph(r1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -350,12 +354,12 @@ void reduce_half_f32(float* d, const uint16_t* s, uint16_t* out, int64_t n, int6
 // double: 8 elements (two 4-lane vectors) per step; double -> half rounds once
 // (via float rounded to odd, as in avx2_double_to_half_n).
 template <class Op, bool kRound, bool kOut>
-void reduce_half_f64(double* d, const uint16_t* s, uint16_t* out, int64_t n, int64_t* done) {
+void reduce_half_f64(double* d, const double* a, const uint16_t* s, uint16_t* out, int64_t n, int64_t* done) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 w = half8_load(s + i);
-    const __m256d r0 = Op::apply(_mm256_loadu_pd(d + i), _mm256_cvtps_pd(_mm256_castps256_ps128(w)));
-    const __m256d r1 = Op::apply(_mm256_loadu_pd(d + i + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
+    const __m256d r0 = Op::apply(_mm256_loadu_pd(a + i), _mm256_cvtps_pd(_mm256_castps256_ps128(w)));
+    const __m256d r1 = Op::apply(_mm256_loadu_pd(a + i + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
     if constexpr (kRound || kOut) {
       const __m256 f = _mm256_insertf128_ps(_mm256_castps128_ps256(pd_to_ps_round_odd(r0)),
                                             pd_to_ps_round_odd(r1), 1);
@@ -378,15 +382,16 @@ void reduce_half_f64(double* d, const uint16_t* s, uint16_t* out, int64_t n, int
 }
 
 template <class T, class Op>
-int64_t reduce_half_modes(void* dst, const uint16_t* s, uint16_t* out, int64_t n, bool round) {
+int64_t reduce_half_modes(void* dst, const void* src_a, const uint16_t* s, uint16_t* out, int64_t n, bool round) {
   int64_t done = 0;
   T* d = static_cast<T*>(dst);
+  const T* a = static_cast<const T*>(src_a);
   auto run = [&](auto round_c, auto out_c) {
     constexpr bool kRound = decltype(round_c)::value, kOut = decltype(out_c)::value;
     if constexpr (std::is_same_v<T, float>) {
-      reduce_half_f32<Op, kRound, kOut>(d, s, out, n, &done);
+      reduce_half_f32<Op, kRound, kOut>(d, a, s, out, n, &done);
     } else {
-      reduce_half_f64<Op, kRound, kOut>(d, s, out, n, &done);
+      reduce_half_f64<Op, kRound, kOut>(d, a, s, out, n, &done);
     }
   };
   using T_ = std::true_type;
@@ -400,17 +405,18 @@ int64_t reduce_half_modes(void* dst, const uint16_t* s, uint16_t* out, int64_t n
 }
 
 template <class T>
-int64_t reduce_half_dispatch(void* dst, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op, bool round) {
+int64_t reduce_half_dispatch(void* dst, const void* a, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op,
+                             bool round) {
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-      return reduce_half_modes<T, SumOp<T>>(dst, s, out, n, round);
+      return reduce_half_modes<T, SumOp<T>>(dst, a, s, out, n, round);
     case ReduceOp::kMin:
-      return reduce_half_modes<T, MinOp<T>>(dst, s, out, n, round);
+      return reduce_half_modes<T, MinOp<T>>(dst, a, s, out, n, round);
     case ReduceOp::kMax:
-      return reduce_half_modes<T, MaxOp<T>>(dst, s, out, n, round);
+      return reduce_half_modes<T, MaxOp<T>>(dst, a, s, out, n, round);
     case ReduceOp::kProduct:
-      return reduce_half_modes<T, ProductOp<T>>(dst, s, out, n, round);
+      return reduce_half_modes<T, ProductOp<T>>(dst, a, s, out, n, round);
     default:
       return n;
   }
@@ -418,32 +424,32 @@ int64_t reduce_half_dispatch(void* dst, const uint16_t* s, uint16_t* out, int64_
 
 }  // namespace
 
-void avx2_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+void avx2_reduce(void* dst, const void* a, const void* src, int64_t count, DataType dtype, ReduceOp op) {
   if (count <= 0) return;
   switch (dtype) {
     case DataType::kUInt8:
-      return reduce_dispatch<uint8_t>(dst, src, count, dtype, op);
+      return reduce_dispatch<uint8_t>(dst, a, src, count, dtype, op);
     case DataType::kInt8:
-      return reduce_dispatch<int8_t>(dst, src, count, dtype, op);
+      return reduce_dispatch<int8_t>(dst, a, src, count, dtype, op);
     case DataType::kInt16:
-      return reduce_dispatch<int16_t>(dst, src, count, dtype, op);
+      return reduce_dispatch<int16_t>(dst, a, src, count, dtype, op);
     case DataType::kInt32:
-      return reduce_dispatch<int32_t>(dst, src, count, dtype, op);
+      return reduce_dispatch<int32_t>(dst, a, src, count, dtype, op);
     case DataType::kInt64:
-      return reduce_dispatch<int64_t>(dst, src, count, dtype, op);
+      return reduce_dispatch<int64_t>(dst, a, src, count, dtype, op);
     case DataType::kFloat16:
-      return reduce_16_dispatch<HalfIo>(dst, src, count, dtype, op);
+      return reduce_16_dispatch<HalfIo>(dst, a, src, count, dtype, op);
     case DataType::kBFloat16:
-      return reduce_16_dispatch<BfIo>(dst, src, count, dtype, op);
+      return reduce_16_dispatch<BfIo>(dst, a, src, count, dtype, op);
     case DataType::kFloat32:
-      return reduce_dispatch<float>(dst, src, count, dtype, op);
+      return reduce_dispatch<float>(dst, a, src, count, dtype, op);
     case DataType::kFloat64:
-      return reduce_dispatch<double>(dst, src, count, dtype, op);
+      return reduce_dispatch<double>(dst, a, src, count, dtype, op);
     case DataType::kBool:
       if (op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kMax) {
-        return reduce_vec<uint8_t, OrOp>(dst, src, count, dtype, op);
+        return reduce_vec<uint8_t, OrOp>(dst, a, src, count, dtype, op);
       }
-      return reduce_vec<uint8_t, AndOp>(dst, src, count, dtype, op);
+      return reduce_vec<uint8_t, AndOp>(dst, a, src, count, dtype, op);
   }
 }
 
@@ -534,21 +540,21 @@ void avx2_from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, D
   _mm_sfence();
 }
 
-void avx2_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                           ReduceOp op, bool round_dst) {
+void avx2_reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                      ReduceOp op, bool round_dst) {
   if (count <= 0) return;
   int64_t i = 0;
   if (dtype == DataType::kFloat32) {
-    i = reduce_half_dispatch<float>(dst, src, out, count, op, round_dst);
+    i = reduce_half_dispatch<float>(dst, a, src, out, count, op, round_dst);
   } else if (dtype == DataType::kFloat64) {
-    i = reduce_half_dispatch<double>(dst, src, out, count, op, round_dst);
+    i = reduce_half_dispatch<double>(dst, a, src, out, count, op, round_dst);
   } else {
     return;
   }
   if (i < count) {
     const size_t es = dtype == DataType::kFloat32 ? 4 : 8;
-    scalar_reduce_half_into(static_cast<uint8_t*>(dst) + i * es, src + i, out ? out + i : nullptr, count - i, dtype,
-                            op, round_dst);
+    scalar_reduce_half(static_cast<uint8_t*>(dst) + i * es, static_cast<const uint8_t*>(a) + i * es, src + i,
+                       out ? out + i : nullptr, count - i, dtype, op, round_dst);
   }
 }
 

@@ -19,26 +19,41 @@ namespace horovodlite {
 namespace kernels {
 namespace detail {
 
-void scalar_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op);
+// dst = a (op) src; the *_into forms are the in-place case (a == dst).
+void scalar_reduce(void* dst, const void* a, const void* src, int64_t count, DataType dtype, ReduceOp op);
+inline void scalar_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+  scalar_reduce(dst, dst, src, count, dtype, op);
+}
 void scalar_scale_copy(void* dst, const void* src, int64_t count, DataType dtype, double factor);
 void scalar_float_to_half_n(uint16_t* dst, const float* src, int64_t count);
 void scalar_half_to_float_n(float* dst, const uint16_t* src, int64_t count);
 void scalar_double_to_half_n(uint16_t* dst, const double* src, int64_t count);
 void scalar_half_to_double_n(double* dst, const uint16_t* src, int64_t count);
-void scalar_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                             ReduceOp op, bool round_dst);
+void scalar_reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                        ReduceOp op, bool round_dst);
+inline void scalar_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                                    ReduceOp op, bool round_dst) {
+  scalar_reduce_half(dst, dst, src, out, count, dtype, op, round_dst);
+}
 
 #if HVL_KERNELS_X86
 // Callable only when cpu_has_avx2_f16c() is true.
-void avx2_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op);
+void avx2_reduce(void* dst, const void* a, const void* src, int64_t count, DataType dtype, ReduceOp op);
+inline void avx2_reduce_into(void* dst, const void* src, int64_t count, DataType dtype, ReduceOp op) {
+  avx2_reduce(dst, dst, src, count, dtype, op);
+}
 void avx2_scale_copy(void* dst, const void* src, int64_t count, DataType dtype, double factor);
 void avx2_float_to_half_n(uint16_t* dst, const float* src, int64_t count);
 void avx2_half_to_float_n(float* dst, const uint16_t* src, int64_t count);
 void avx2_double_to_half_n(uint16_t* dst, const double* src, int64_t count);
 void avx2_half_to_double_n(double* dst, const uint16_t* src, int64_t count);
 void avx2_from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype);
-void avx2_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                           ReduceOp op, bool round_dst);
+void avx2_reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                      ReduceOp op, bool round_dst);
+inline void avx2_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
+                                  ReduceOp op, bool round_dst) {
+  avx2_reduce_half(dst, dst, src, out, count, dtype, op, round_dst);
+}
 #endif
 
 }  // namespace detail

@@ -11,7 +11,7 @@ class MpiAllreduce : public HostAllreduce {
   explicit MpiAllreduce(MpiContext& mpi) : mpi_(mpi) {}
   const char* name() const override { return "MPI_ALLREDUCE"; }
   bool enabled(DataType, ReduceOp, int64_t) const override { return true; }
-  Status run(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  Status run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) override;
 
  private:
   MpiContext& mpi_;

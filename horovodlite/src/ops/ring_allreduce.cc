@@ -45,8 +45,8 @@ Status mpi_error(const char* call, int rc) {
 
 inline int mod(int a, int p) { return ((a % p) + p) % p; }
 
-// The checks both run() and run_fp16_wire() make of their op and buffer.
-Status check_op_and_buffer(const void* buf, int64_t count, ReduceOp op) {
+// The checks both run() and run_fp16_wire() make of their op and buffers.
+Status check_op_and_buffers(const void* in, const void* out, int64_t count, int64_t esize, ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
@@ -59,7 +59,12 @@ Status check_op_and_buffer(const void* buf, int64_t count, ReduceOp op) {
     default:
       return Status::InvalidArgument("RingAllreduce: invalid reduce op " + std::to_string(static_cast<int>(op)));
   }
-  if (count > 0 && buf == nullptr) return Status::InvalidArgument("RingAllreduce: null buffer");
+  if (count > 0 && (in == nullptr || out == nullptr)) return Status::InvalidArgument("RingAllreduce: null buffer");
+  const auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
+  const auto bytes = static_cast<uintptr_t>(count * esize);
+  if (a != b && a < b + bytes && b < a + bytes) {
+    return Status::InvalidArgument("RingAllreduce: input and output overlap without being the same buffer");
+  }
   return Status::OK();
 }
 
@@ -160,43 +165,49 @@ Status RingAllreduce::ensure_scratch(int64_t slot_bytes, int slots) {
   return Status::OK();
 }
 
-Status RingAllreduce::run(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+Status RingAllreduce::run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) {
   HVL_RETURN_IF_ERROR(init_status_);
   if (count < 0) return Status::InvalidArgument("RingAllreduce: negative count " + std::to_string(count));
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   if (esize == 0) {
     return Status::InvalidArgument("RingAllreduce: invalid dtype " + std::to_string(static_cast<int>(dtype)));
   }
-  HVL_RETURN_IF_ERROR(check_op_and_buffer(buf, count, op));
-  if (size_ == 1 || count == 0) return Status::OK();
+  HVL_RETURN_IF_ERROR(check_op_and_buffers(in, out, count, esize, op));
+  if (count == 0) return Status::OK();
+  if (size_ == 1) {
+    kernels::scale_copy(out, in, count, dtype, postscale);
+    return Status::OK();
+  }
   HVL_RETURN_IF_ERROR(plan(count, esize));
   const int64_t largest_chunk = (count + size_ - 1) / size_;
   const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / esize);
   HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * esize, options_.pipeline_depth));
-  return execute(static_cast<uint8_t*>(buf), dtype, op);
+  return execute(static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out), dtype, op, postscale);
 }
 
-Status RingAllreduce::post_send(uint8_t* buf, int64_t i) {
+Status RingAllreduce::post_send(const uint8_t* in, const uint8_t* out, int64_t i) {
   const Segment& s = send_segments_[i];
-  HVL_RING_MPI_CALL(MPI_Isend(buf + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_,
+  const uint8_t* base = i < send_step_start_[1] ? in : out;
+  HVL_RING_MPI_CALL(MPI_Isend(base + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_,
                          &send_requests_[i]));
   sends_posted_ = i + 1;
   return Status::OK();
 }
 
-Status RingAllreduce::post_recv(uint8_t* buf, int64_t k) {
+Status RingAllreduce::post_recv(uint8_t* out, int64_t k) {
   const Segment& r = recv_segments_[k];
   uint8_t* dst = r.guard < 0 ? scratch_.get() + (k % options_.pipeline_depth) * scratch_slot_bytes_
-                             : buf + r.byte_offset;
+                             : out + r.byte_offset;
   HVL_RING_MPI_CALL(MPI_Irecv(dst, r.bytes, MPI_BYTE, mod(rank_ - 1, size_), tag_of(k), comm_, &recv_requests_[k]));
   return Status::OK();
 }
 
-Status RingAllreduce::execute(uint8_t* buf, DataType dtype, ReduceOp op) {
+Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, ReduceOp op, double postscale) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t depth = options_.pipeline_depth;
   const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
   const int64_t nsend = static_cast<int64_t>(send_segments_.size());
+  const int64_t last_scatter_begin = recv_step_start_[size_ - 2];
   sends_posted_ = 0;
   int64_t next_recv = 0;
   // Posts receives in order, up to `limit`, while they can be posted without
@@ -212,12 +223,12 @@ Status RingAllreduce::execute(uint8_t* buf, DataType dtype, ReduceOp op) {
         HVL_RING_MPI_CALL(MPI_Test(&send_requests_[guard], &done, MPI_STATUS_IGNORE));
         if (!done) break;
       }
-      HVL_RETURN_IF_ERROR(post_recv(buf, next_recv));
+      HVL_RETURN_IF_ERROR(post_recv(out, next_recv));
     }
     return Status::OK();
   };
   HVL_RETURN_IF_ERROR(top_up(depth));
-  for (int64_t i = send_step_start_[0]; i < send_step_start_[1]; ++i) HVL_RETURN_IF_ERROR(post_send(buf, i));
+  for (int64_t i = send_step_start_[0]; i < send_step_start_[1]; ++i) HVL_RETURN_IF_ERROR(post_send(in, out, i));
 
   for (int64_t k = 0; k < nrecv; ++k) {
     if (k == next_recv) {
@@ -228,16 +239,18 @@ Status RingAllreduce::execute(uint8_t* buf, DataType dtype, ReduceOp op) {
       const int64_t guard = recv_segments_[k].guard;
       if (guard >= sends_posted_) return Status::Internal("RingAllreduce: schedule error, guard send not posted");
       if (guard >= 0) HVL_RING_MPI_CALL(MPI_Wait(&send_requests_[guard], MPI_STATUS_IGNORE));
-      HVL_RETURN_IF_ERROR(post_recv(buf, k));
+      HVL_RETURN_IF_ERROR(post_recv(out, k));
       ++next_recv;
     }
     HVL_RING_MPI_CALL(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));
     const Segment& r = recv_segments_[k];
-    if (r.guard < 0) {  // a reduce-scatter segment: fold it into the buffer
+    if (r.guard < 0) {  // a reduce-scatter segment: out = in (op) received
       const uint8_t* slot = scratch_.get() + (k % depth) * scratch_slot_bytes_;
-      kernels::reduce_into(buf + r.byte_offset, slot, r.bytes / esize, dtype, op);
+      kernels::reduce(out + r.byte_offset, in + r.byte_offset, slot, r.bytes / esize, dtype, op);
+      // The last step completes a chunk this rank owns: scale it before it goes round.
+      if (k >= last_scatter_begin) kernels::scale(out + r.byte_offset, r.bytes / esize, dtype, postscale);
     }
-    if (r.forward >= 0) HVL_RETURN_IF_ERROR(post_send(buf, r.forward));
+    if (r.forward >= 0) HVL_RETURN_IF_ERROR(post_send(in, out, r.forward));
     HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's scratch slot is free now
   }
   HVL_RING_MPI_CALL(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
@@ -258,28 +271,36 @@ Status RingAllreduce::execute(uint8_t* buf, DataType dtype, ReduceOp op) {
 // also how the step-0 sends go out. A deferred send's region is not written
 // again before it is converted: the only later write is the allgather receive
 // of that region, whose data already includes this send's contribution.
+// Out of place, the step-0 sends are converted from `in`, everything else
+// reads and writes `out`. A postscale is applied to `out` only, to final
+// values: to a segment that is passed on (the owned chunk, or an allgather
+// segment forwarded) right after its half has been made, fused or deferred,
+// and to a segment of the last allgather step right after it is widened.
 //
 // The only blocking call waits for the next receive *or* the send whose slot
 // the next ready send needs, so no rank sits on a receive while a send its
 // neighbour needs is held back for a slot; receives are always posted ahead
 // (their slots free up in processing order), hence no cycle of waits.
-Status RingAllreduce::run_fp16_wire(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+Status RingAllreduce::run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                   double postscale) {
   HVL_RETURN_IF_ERROR(init_status_);
   if (count < 0) return Status::InvalidArgument("RingAllreduce: negative count " + std::to_string(count));
   if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) {
     return Status::InvalidArgument("RingAllreduce: fp16 wire needs float32 or float64, got dtype " +
                                    std::to_string(static_cast<int>(dtype)));
   }
-  HVL_RETURN_IF_ERROR(check_op_and_buffer(buf, count, op));
-  if (count == 0) return Status::OK();
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  uint8_t* bytes = static_cast<uint8_t*>(buf);
+  HVL_RETURN_IF_ERROR(check_op_and_buffers(in, out, count, esize, op));
+  if (count == 0) return Status::OK();
+  const uint8_t* src = static_cast<const uint8_t*>(in);
+  uint8_t* dst = static_cast<uint8_t*>(out);
   if (size_ == 1) {  // the result is still what the wire would carry
     uint16_t half[1024];
     for (int64_t done = 0; done < count; done += 1024) {
       const int64_t n = std::min<int64_t>(1024, count - done);
-      kernels::to_half_n(half, bytes + done * esize, n, dtype);
-      kernels::from_half_n(bytes + done * esize, half, n, dtype);
+      kernels::to_half_n(half, src + done * esize, n, dtype);
+      kernels::from_half_n(dst + done * esize, half, n, dtype);
+      kernels::scale(dst + done * esize, n, dtype, postscale);
     }
     return Status::OK();
   }
@@ -288,10 +309,11 @@ Status RingAllreduce::run_fp16_wire(void* buf, int64_t count, DataType dtype, Re
   const int64_t largest_chunk = (count + size_ - 1) / size_;
   const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / kWire);
   HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * kWire, 2 * options_.pipeline_depth));
-  return execute_fp16_wire(bytes, dtype, op);
+  return execute_fp16_wire(src, dst, dtype, op, postscale);
 }
 
-Status RingAllreduce::execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp op) {
+Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataType dtype, ReduceOp op,
+                                        double postscale) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t depth = options_.pipeline_depth;
   const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
@@ -307,7 +329,17 @@ Status RingAllreduce::execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp o
   auto send_slot = [&](int64_t i) {
     return reinterpret_cast<uint16_t*>(scratch_.get() + (depth + i % depth) * scratch_slot_bytes_);
   };
-  auto values = [&](const Segment& s) { return buf + s.byte_offset / 2 * esize; };
+  auto at = [&](const uint8_t* base, const Segment& s) { return base + s.byte_offset / 2 * esize; };
+  auto values = [&](const Segment& s) { return out + s.byte_offset / 2 * esize; };
+  // Allgather sends carry final values: the chunk this rank owns, then chunks
+  // received and passed on. Their values in `out` are scaled only once their
+  // half has been made (a deferred send converts them later).
+  const int64_t gather_sends_begin = send_step_start_[size_ - 1];
+  auto scale_sent = [&](int64_t i) {
+    if (i >= gather_sends_begin) {
+      kernels::scale(values(send_segments_[i]), send_segments_[i].bytes / 2, dtype, postscale);
+    }
+  };
   auto slot_free = [&](int64_t i, bool* free) -> Status {
     int done = 1;
     if (i >= depth) HVL_RING_MPI_CALL(MPI_Test(&send_requests_[i - depth], &done, MPI_STATUS_IGNORE));
@@ -328,9 +360,11 @@ Status RingAllreduce::execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp o
       bool free = false;
       HVL_RETURN_IF_ERROR(slot_free(sends_posted_, &free));
       if (!free) break;
-      const Segment& s = send_segments_[sends_posted_];
-      kernels::to_half_n(send_slot(sends_posted_), values(s), s.bytes / 2, dtype);
-      HVL_RETURN_IF_ERROR(isend(sends_posted_));
+      const int64_t i = sends_posted_;
+      const Segment& s = send_segments_[i];
+      kernels::to_half_n(send_slot(i), at(i < n0 ? in : out, s), s.bytes / 2, dtype);
+      HVL_RETURN_IF_ERROR(isend(i));
+      scale_sent(i);
     }
     return Status::OK();
   };
@@ -357,20 +391,27 @@ Status RingAllreduce::execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp o
 
     const Segment& r = recv_segments_[k];
     const int64_t n = r.bytes / 2;
-    uint16_t* in = recv_slot(k);
-    uint16_t* out = nullptr;
+    uint16_t* received = recv_slot(k);
+    uint16_t* forward = nullptr;
     if (r.forward >= 0 && r.forward == sends_posted_) {
       bool free = false;
       HVL_RETURN_IF_ERROR(slot_free(r.forward, &free));
-      if (free) out = send_slot(r.forward);
+      if (free) forward = send_slot(r.forward);
     }
     if (k < gather_begin) {  // reduce-scatter; the last step rounds the owned chunk to half
-      kernels::reduce_half_into(values(r), in, out, n, dtype, op, k >= last_scatter_begin);
+      kernels::reduce_half(values(r), at(in, r), received, forward, n, dtype, op,
+                           k >= last_scatter_begin);
+    } else if (postscale == 1.0) {
+      kernels::from_half_n_streaming(values(r), received, n, dtype);  // final values: not read again here
     } else {
-      kernels::from_half_n_streaming(values(r), in, n, dtype);  // final values: not read again here
-      if (out) std::memcpy(out, in, static_cast<size_t>(r.bytes));
+      kernels::from_half_n(values(r), received, n, dtype);
+      if (r.forward < 0) kernels::scale(values(r), n, dtype, postscale);  // else once its half has gone on
     }
-    if (out) HVL_RETURN_IF_ERROR(isend(r.forward));
+    if (forward) {
+      if (k >= gather_begin) std::memcpy(forward, received, static_cast<size_t>(r.bytes));
+      HVL_RETURN_IF_ERROR(isend(r.forward));
+      scale_sent(r.forward);
+    }
   }
   while (sends_posted_ < nsend) {
     HVL_RETURN_IF_ERROR(pump_sends(nrecv));

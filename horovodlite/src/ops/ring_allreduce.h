@@ -60,7 +60,16 @@ class RingAllreduce {
   // Not thread-safe: one run() at a time per object. Returns Internal if an
   // MPI call fails; requests may then be left outstanding, so the
   // communicator should not be used for further collectives.
-  Status run(void* buf, int64_t count, DataType dtype, ReduceOp op);
+  Status run(void* buf, int64_t count, DataType dtype, ReduceOp op) { return run(buf, buf, count, dtype, op); }
+
+  // The same into `out`, scaled: out = (reduction of every rank's `in`) *
+  // postscale. in == out is the in-place case; otherwise they must not
+  // overlap, `in` is only read, and nothing is copied: the first step sends
+  // from `in`, each reduction reads `in` and the received segment and writes
+  // `out`, and the allgather receives into `out`. The postscale is applied by
+  // the owner of each reduced chunk, segment by segment, before the chunk is
+  // passed around: the values equal reducing first and scaling afterwards.
+  Status run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale = 1.0);
 
   // In-place allreduce of a float32 or float64 buffer with fp16 compression:
   // values travel as IEEE binary16 (segment_bytes counts wire bytes), partial
@@ -70,7 +79,15 @@ class RingAllreduce {
   // rank gets bitwise the same values. With one rank the buffer is just
   // rounded to half. Sum, Average (as Sum: the caller divides), Min, Max and
   // Product. Same contract as run() otherwise; other dtypes are rejected.
-  Status run_fp16_wire(void* buf, int64_t count, DataType dtype, ReduceOp op);
+  Status run_fp16_wire(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+    return run_fp16_wire(buf, buf, count, dtype, op);
+  }
+
+  // The same into `out` (same rules as the out-of-place run()), then scaled:
+  // out = widen(fp16 result) * postscale in the buffer's type, on every rank
+  // (the half on the wire is never scaled).
+  Status run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                       double postscale = 1.0);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -93,10 +110,11 @@ class RingAllreduce {
   // Builds the segment schedule; fails if it needs more segments than MPI can count.
   Status plan(int64_t count, int64_t esize);
   Status ensure_scratch(int64_t slot_bytes, int slots);
-  Status execute(uint8_t* buf, DataType dtype, ReduceOp op);
-  Status execute_fp16_wire(uint8_t* buf, DataType dtype, ReduceOp op);
-  Status post_send(uint8_t* buf, int64_t index);
-  Status post_recv(uint8_t* buf, int64_t index);
+  Status execute(const uint8_t* in, uint8_t* out, DataType dtype, ReduceOp op, double postscale);
+  Status execute_fp16_wire(const uint8_t* in, uint8_t* out, DataType dtype, ReduceOp op, double postscale);
+  // Send `index` leaves from `in` in the first step, from `out` after that.
+  Status post_send(const uint8_t* in, const uint8_t* out, int64_t index);
+  Status post_recv(uint8_t* out, int64_t index);
   int tag_of(int64_t index) const {
     return options_.tag_base + static_cast<int>(index % RingAllreduceOptions::kTagSpan);
   }

@@ -21,12 +21,13 @@ bool RingBackend::enabled(DataType, ReduceOp op, int64_t bytes) const {
   return ring_ != nullptr && bytes >= threshold_ && op != ReduceOp::kAdasum;
 }
 
-Status RingBackend::run(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
-  return ring_->run(buffer, count, dtype, op);
+Status RingBackend::run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) {
+  return ring_->run(in, out, count, dtype, op, postscale);
 }
 
-Status RingBackend::run_fp16_wire(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
-  return ring_->run_fp16_wire(buffer, count, dtype, op);
+Status RingBackend::run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                  double postscale) {
+  return ring_->run_fp16_wire(in, out, count, dtype, op, postscale);
 }
 
 }  // namespace horovodlite

@@ -15,9 +15,10 @@ class RingBackend : public HostAllreduce {
   ~RingBackend() override;
   const char* name() const override { return "RING_ALLREDUCE"; }
   bool enabled(DataType dtype, ReduceOp op, int64_t bytes) const override;
-  Status run(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  Status run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) override;
   bool fp16_wire() const override { return true; }
-  Status run_fp16_wire(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  Status run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                       double postscale) override;
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
