@@ -158,10 +158,8 @@ Status Executor::allreduce(const Response& r, const std::vector<TensorEntry*>& e
       std::memset(out, 0, total * elem);
       in = out;
     }
-    const auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
-    const auto bytes = static_cast<uintptr_t>(total * elem);
-    if (a != b && a < b + bytes && b < a + bytes) {  // views of one storage: reduce in place
-      std::memmove(out, in, bytes);
+    if (overlap_partially(in, out, total * elem)) {  // views of one storage: reduce in place
+      std::memmove(out, in, total * elem);
       in = out;
     }
     if (pre != 1.0) {

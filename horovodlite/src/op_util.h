@@ -1,5 +1,7 @@
-// Small shape and scaling rules shared by the host and device executors.
+// Small shape, scaling and buffer rules shared by the executors and the ring.
 #pragma once
+
+#include <cstdint>
 
 #include "horovodlite/common.h"
 #include "message.h"
@@ -18,6 +20,14 @@ inline Shape with_dim0(const Shape& shape, int64_t dim0) {
   Shape s = shape.empty() ? Shape{1} : shape;
   s[0] = dim0;
   return s;
+}
+
+// Whether two buffers of `bytes` bytes overlap without being the same buffer
+// (the one layout an out-of-place kernel cannot take).
+inline bool overlap_partially(const void* a, const void* b, int64_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  const auto n = static_cast<uintptr_t>(bytes);
+  return x != y && x < y + n && y < x + n;
 }
 
 // Average is a Sum followed by a postscale of 1/size.

@@ -26,6 +26,7 @@
 
 #include "kernels/reduce.h"
 #include "mpi_context.h"
+#include "op_util.h"
 
 namespace horovodlite {
 
@@ -60,9 +61,7 @@ Status check_op_and_buffers(const void* in, const void* out, int64_t count, int6
       return Status::InvalidArgument("RingAllreduce: invalid reduce op " + std::to_string(static_cast<int>(op)));
   }
   if (count > 0 && (in == nullptr || out == nullptr)) return Status::InvalidArgument("RingAllreduce: null buffer");
-  const auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
-  const auto bytes = static_cast<uintptr_t>(count * esize);
-  if (a != b && a < b + bytes && b < a + bytes) {
+  if (overlap_partially(in, out, count * esize)) {
     return Status::InvalidArgument("RingAllreduce: input and output overlap without being the same buffer");
   }
   return Status::OK();
