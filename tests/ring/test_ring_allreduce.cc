@@ -15,6 +15,7 @@
 
 #include "kernels/reduce.h"
 #include "ops/ring_allreduce.h"
+#include "ring/ring_test_world.h"
 
 namespace horovodlite {
 namespace {
@@ -24,22 +25,7 @@ using kernels::float_to_bfloat16;
 using kernels::float_to_half;
 using kernels::half_to_float;
 
-struct Env {
-  MPI_Comm comm = MPI_COMM_NULL;
-  int rank = 0;
-  int size = 1;
-};
-
-const Env& env() {
-  static Env e = [] {
-    Env x;
-    MPI_Comm_dup(MPI_COMM_WORLD, &x.comm);
-    MPI_Comm_rank(x.comm, &x.rank);
-    MPI_Comm_size(x.comm, &x.size);
-    return x;
-  }();
-  return e;
-}
+using ring_test::world;
 
 std::string label(DataType t, ReduceOp op, int64_t count, int64_t seg) {
   static const char* kTypes[] = {"uint8", "int8", "int16", "int32", "int64",
@@ -162,7 +148,7 @@ Reference reference(const std::vector<uint8_t>& in, DataType t, ReduceOp op, int
   Reference ref;
   ref.values.resize(count);
   if (count == 0) return ref;
-  const MPI_Comm comm = env().comm;
+  const MPI_Comm comm = world().comm;
   if (t == DataType::kFloat16 || t == DataType::kBFloat16) {
     std::vector<float> f(count), r(count);
     for (int64_t i = 0; i < count; ++i) {
@@ -216,7 +202,7 @@ double element_as_double(const uint8_t* p, DataType t) {
 // Runs one case on every rank and checks it against MPI_Allreduce. Collective.
 void check_case(RingAllreduce& ring, DataType t, ReduceOp op, int64_t count) {
   const std::string what = label(t, op, count, ring.options().segment_bytes);
-  std::vector<uint8_t> buf = make_input(t, op, count, env().rank);
+  std::vector<uint8_t> buf = make_input(t, op, count, world().rank);
   const Reference ref = reference(buf, t, op, count);
   const std::vector<double>& expected = ref.values;
   buf.back() = 0x5a;  // guard byte after the data
@@ -240,7 +226,7 @@ void check_case(RingAllreduce& ring, DataType t, ReduceOp op, int64_t count) {
   const bool exact = op == ReduceOp::kMin || op == ReduceOp::kMax || t == DataType::kFloat16 ||
                      t == DataType::kBFloat16;
   const double eps = t == DataType::kFloat64 ? 1e-15 : 1e-6;
-  const double tol = exact ? 0.0 : 4.0 * eps * env().size;
+  const double tol = exact ? 0.0 : 4.0 * eps * world().size;
   int64_t bad = 0, first_bad = -1;
   for (int64_t i = 0; i < count; ++i) {
     const double got = element_as_double(buf.data() + i * dtype_size(t), t);
@@ -269,14 +255,14 @@ void sweep(RingAllreduce& ring, const std::vector<int64_t>& counts) {
 }
 
 TEST(RingAllreduce, EveryTypeOpAndCountWithDefaultSegments) {
-  RingAllreduce ring(env().comm);
+  RingAllreduce ring(world().comm);
   sweep(ring, {0, 1, 2, 3, 5, 17, 1000, 65537});
 }
 
 TEST(RingAllreduce, TinySegmentsOfEightBytes) {
   RingAllreduceOptions options;
   options.segment_bytes = 8;
-  RingAllreduce ring(env().comm, options);
+  RingAllreduce ring(world().comm, options);
   sweep(ring, {0, 1, 2, 3, 5, 17, 1000});
 }
 
@@ -284,7 +270,7 @@ TEST(RingAllreduce, SmallSegmentsOf64BytesAndShallowPipeline) {
   RingAllreduceOptions options;
   options.segment_bytes = 64;
   options.pipeline_depth = 1;
-  RingAllreduce ring(env().comm, options);
+  RingAllreduce ring(world().comm, options);
   sweep(ring, {0, 1, 2, 3, 5, 17, 1000});
 }
 
@@ -292,19 +278,19 @@ TEST(RingAllreduce, LargeCountWithManySegmentsAndDeepPipeline) {
   RingAllreduceOptions options;
   options.segment_bytes = 4096;
   options.pipeline_depth = 16;
-  RingAllreduce ring(env().comm, options);
+  RingAllreduce ring(world().comm, options);
   for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64, DataType::kInt8}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) check_case(ring, t, op, 65537);
   }
   options.segment_bytes = 64;
-  RingAllreduce tiny(env().comm, options);
+  RingAllreduce tiny(world().comm, options);
   check_case(tiny, DataType::kFloat32, ReduceOp::kSum, 65537);
 }
 
 TEST(RingAllreduce, ReusedObjectGrowsAndShrinks) {
   RingAllreduceOptions options;
   options.segment_bytes = 1000;  // not a multiple of most element sizes
-  RingAllreduce ring(env().comm, options);
+  RingAllreduce ring(world().comm, options);
   for (int64_t count : {10, 100000, 3, 100000, 0, 4097}) {
     check_case(ring, DataType::kFloat64, ReduceOp::kSum, count);
     check_case(ring, DataType::kInt32, ReduceOp::kProduct, count);
@@ -319,7 +305,7 @@ void check_out_of_place(RingAllreduce& ring, DataType t, ReduceOp op, int64_t co
   const std::string what = label(t, op, count, ring.options().segment_bytes) + " postscale=" +
                            std::to_string(post) + (fp16 ? " fp16 wire" : "");
   const size_t es = dtype_size(t);
-  const std::vector<uint8_t> input = make_input(t, op, count, env().rank);
+  const std::vector<uint8_t> input = make_input(t, op, count, world().rank);
   auto run = [&](const void* in, void* out, double scale) {
     return fp16 ? ring.run_fp16_wire(in, out, count, t, op, scale) : ring.run(in, out, count, t, op, scale);
   };
@@ -348,7 +334,7 @@ TEST(RingAllreduce, OutOfPlaceWithPostscaleEqualsInPlaceThenScale) {
   RingAllreduceOptions small;
   small.segment_bytes = 1000;
   for (const RingAllreduceOptions& options : {RingAllreduceOptions{}, tiny, small}) {
-    RingAllreduce ring(env().comm, options);
+    RingAllreduce ring(world().comm, options);
     for (DataType t : kTypes) {
       for (ReduceOp op : kOps) {
         for (int64_t count : {0, 1, 2, 3, 5, 17, 1000, 65537}) {
@@ -367,7 +353,7 @@ TEST(RingAllreduce, OutOfPlaceWithPostscaleEqualsInPlaceThenScale) {
 }
 
 TEST(RingAllreduce, OverlappingInputAndOutputAreRejected) {
-  RingAllreduce ring(env().comm);
+  RingAllreduce ring(world().comm);
   std::vector<float> v(16, 1.0f);
   EXPECT_EQ(ring.run(v.data(), v.data() + 1, 8, DataType::kFloat32, ReduceOp::kSum).code(),
             StatusCode::kInvalidArgument);
@@ -378,7 +364,7 @@ TEST(RingAllreduce, OverlappingInputAndOutputAreRejected) {
 }
 
 TEST(RingAllreduce, InvalidArguments) {
-  RingAllreduce ring(env().comm);
+  RingAllreduce ring(world().comm);
   float x = 1.0f;
   EXPECT_EQ(ring.run(&x, -1, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ring.run(nullptr, 4, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
@@ -387,7 +373,7 @@ TEST(RingAllreduce, InvalidArguments) {
   EXPECT_TRUE(ring.run(nullptr, 0, DataType::kFloat32, ReduceOp::kSum).ok());
   RingAllreduceOptions bad_tags;
   bad_tags.tag_base = -5;
-  RingAllreduce bad(env().comm, bad_tags);
+  RingAllreduce bad(world().comm, bad_tags);
   EXPECT_EQ(bad.run(&x, 1, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
   RingAllreduce null_comm(MPI_COMM_NULL);
   EXPECT_EQ(null_comm.run(&x, 1, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);

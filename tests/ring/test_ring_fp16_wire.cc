@@ -17,26 +17,13 @@
 #include "kernels/half.h"
 #include "kernels/reduce.h"
 #include "ops/ring_allreduce.h"
+#include "ring/ring_test_world.h"
 
 namespace horovodlite {
 namespace {
 
-struct World {
-  MPI_Comm comm = MPI_COMM_NULL;
-  int rank = 0;
-  int size = 1;
-};
-
-const World& world() {
-  static World w = [] {
-    World x;
-    MPI_Comm_dup(MPI_COMM_WORLD, &x.comm);
-    MPI_Comm_rank(x.comm, &x.rank);
-    MPI_Comm_size(x.comm, &x.size);
-    return x;
-  }();
-  return w;
-}
+using ring_test::World;
+using ring_test::world;
 
 // Inputs of rank `r`: reals in [-1, 1], plus a few values that overflow fp16
 // when summed (for Sum/Average only, element 1 of counts above 2).
