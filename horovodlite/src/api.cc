@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "cuda/device_ops.h"
+#include "algorithms.h"
 #include "horovodlite/horovodlite.h"
 #include "logging.h"
 #include "runtime.h"

@@ -12,18 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The collective the executor runs for a response, as the timeline names it.
-std::string collective_name(const Response& r, const Executor& executor) {
-  if (r.device != kCpuDevice && r.type != OpType::kError) return executor.last_algorithm();
-  switch (r.type) {
-    case OpType::kAllreduce: return executor.last_algorithm();
-    case OpType::kAllgather: return "MPI_ALLGATHERV";
-    case OpType::kBroadcast: return "MPI_BCAST";
-    case OpType::kAlltoall: return "MPI_ALLTOALLV";
-    case OpType::kReducescatter: return "MPI_REDUCE_SCATTER";
-    default: return "";
-  }
-}
 }  // namespace
 
 void Runtime::TimelineObserver::phase_start(const Response&, const char*) {
@@ -225,24 +213,24 @@ void Runtime::run(const Response& r, Clock::time_point ready) {
       if (it != table_.end()) entries[i] = it->second.get();
     }
   }
-  Status s;
+  OpResult result;
   const bool needs_local = r.type == OpType::kAllgather || r.type == OpType::kBroadcast ||
                            r.type == OpType::kAlltoall || r.type == OpType::kReducescatter;
   if (needs_local && entries[0] == nullptr) {
-    s = Status::Internal("rank " + std::to_string(mpi_.rank()) + " has no tensor for '" + r.names[0] + "'");
-    HVL_LOG(kError, s.message());
+    result.status = Status::Internal("rank " + std::to_string(mpi_.rank()) + " has no tensor for '" + r.names[0] + "'");
+    HVL_LOG(kError, result.status.message());
   } else {
     const bool timeline_on = timeline_.active();
     executor_->set_observer(timeline_on ? &observer_ : nullptr);
     observer_.saw_phase = false;
     if (watchdog_) watchdog_->enter(std::string(op_type_name(r.type)) + " of '" + r.names[0] + "'");
     const Clock::time_point start = Clock::now();
-    s = executor_->execute(r, entries);
+    result = executor_->execute(r, entries);
     const Clock::time_point end = Clock::now();
     if (watchdog_) watchdog_->leave();
     if (timeline_on) {
       const std::string op = Timeline::upper(op_type_name(r.type));
-      const std::string collective = collective_name(r, *executor_);
+      const std::string collective = result.algorithm;
       for (const std::string& name : r.names) {
         if (r.type == OpType::kError) {
           timeline_.instant(name, "ERROR", r.error_message, start);
@@ -261,6 +249,7 @@ void Runtime::run(const Response& r, Clock::time_point ready) {
   if (r.names.size() > 1) counters_.fused_tensors += r.names.size();
   if (r.type == OpType::kError) ++counters_.errors;
   if (r.type == OpType::kJoin && entries[0]) entries[0]->handle->set_last_joined_rank(r.last_joined_rank);
+  const Status& s = result.status;
   if (!s.ok() && r.type != OpType::kError) HVL_LOG(kWarning, "collective on '" << r.names[0] << "' failed: " << s.message());
 
   // Remove the entries before completing them, so that a waiter may reuse the name at once.
@@ -274,8 +263,10 @@ void Runtime::run(const Response& r, Clock::time_point ready) {
       table_.erase(it);
     }
   }
-  // Device ops complete once the device has finished (the executor's completion thread).
-  if (!executor_->defer_completion(&done, s)) {
+  // Device ops complete once the device has finished (on the device's completion thread).
+  if (result.deferred) {
+    result.deferred->complete(std::move(done), s);
+  } else {
     for (auto& e : done) e->handle->complete(s);
   }
 }

@@ -7,7 +7,7 @@
 
 namespace horovodlite {
 
-Status MpiAllreduce::run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) {
+Status MpiAllreduce::reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) {
   const size_t elem = dtype_size(dtype);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);

@@ -4,7 +4,8 @@
 
 namespace horovodlite {
 
-RingBackend::RingBackend(const MpiContext& mpi, const Config& config) : threshold_(config.ring_threshold_bytes) {
+RingBackend::RingBackend(const MpiContext& mpi, const Config& config, std::shared_ptr<FusionBuffer> fusion)
+    : HostAllreduce(mpi, std::move(fusion)), threshold_(config.ring_threshold_bytes) {
   if (threshold_ < 0 || mpi.size() < 2) return;
   // Collective: every rank builds the same backends. A failed duplicate on any
   // rank disables the ring on every rank (they must all choose alike).
@@ -27,16 +28,16 @@ RingBackend::~RingBackend() {
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
 }
 
-bool RingBackend::enabled(DataType, ReduceOp op, int64_t bytes) const {
+bool RingBackend::accepts(DataType, ReduceOp op, int64_t bytes) const {
   return ring_ != nullptr && bytes >= threshold_ && op != ReduceOp::kAdasum;
 }
 
-Status RingBackend::run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) {
+Status RingBackend::reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) {
   return ring_->run(in, out, count, dtype, op, postscale);
 }
 
-Status RingBackend::run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                                  double postscale) {
+Status RingBackend::reduce_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                     double postscale) {
   return ring_->run_fp16_wire(in, out, count, dtype, op, postscale);
 }
 
