@@ -97,10 +97,6 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
       std::memset(out, 0, total * elem);
       in = out;
     }
-    if (overlap_partially(in, out, total * elem)) {  // views of one storage: reduce in place
-      std::memmove(out, in, total * elem);
-      in = out;
-    }
     if (pre != 1.0) {
       kernels::scale_copy(out, in, total, r.dtype, pre);
       in = out;

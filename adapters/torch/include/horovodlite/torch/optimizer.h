@@ -27,10 +27,9 @@ struct Node;
 namespace horovodlite {
 namespace torch {
 
-enum class Compression : uint8_t {
-  kNone = 0,
-  kFP16 = 1,  // floating gradients travel as float16 and are restored to their dtype
-};
+// The core's enum (horovodlite/common.h): kFp16 makes floating gradients travel
+// as float16; they are restored to their dtype.
+using Compression = ::horovodlite::Compression;
 
 struct DistributedOptimizerOptions {
   ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
