@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs failure_app under mpirun with one rank failing in a given way and checks
 # that the job ends within the bound, with a non-zero exit, naming the lost rank.
-#   run_failure.sh <mpiexec> <np> <failure_app> <mode> <expected text> <bound s> [timeline_check]
+#   HVL_MPIRUN_FLAGS="..." run_failure.sh <mpiexec> <np> <failure_app> <mode> <expected text> <bound s> [timeline_check]
+# (CTest sets HVL_MPIRUN_FLAGS from tests/CMakeLists.txt.)
 # A hang fails the test through `timeout`. Prints the measured time from the
 # failure to the end of the job (the figure docs/reliability.md quotes).
 set -u
@@ -13,8 +14,9 @@ if [ -n "$CHECK" ]; then
   export HOROVODLITE_TIMELINE=$TIMELINE
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-timeout -s KILL $((BOUND + 60)) "$MPIEXEC" -np "$NP" --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-  --mca btl ^openib "$APP" "$MODE" >"$LOG" 2>&1
+: "${HVL_MPIRUN_FLAGS:?set it to the mpirun flags (tests/CMakeLists.txt, HVL_MPIRUN_FLAGS)}"
+# shellcheck disable=SC2086  # one word per flag
+timeout -s KILL $((BOUND + 60)) "$MPIEXEC" -np "$NP" $HVL_MPIRUN_FLAGS "$APP" "$MODE" >"$LOG" 2>&1
 RC=$?
 END=$(date +%s.%N)
 cat "$LOG"
