@@ -40,7 +40,7 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
   auto ctx = std::make_shared<cuda::DeviceContext>(mpi, config);
   reg.keep(ctx);
   // The host-staged algorithms run the host's choice on pinned copies.
-  cuda::HostRunFn on_host = [&reg](const OpArgs& a) { return reg.choose(a.response)->run(a); };
+  cuda::HostRunFn on_host = [r = &reg](const OpArgs& a) { return r->choose(a.response)->run(a); };
   cuda::HostAllreduceFn allreduce_on_host = [host_allreduce](void* buf, int64_t count, DataType dtype, ReduceOp op) {
     const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
     for (HostAllreduce* a : host_allreduce) {
@@ -71,11 +71,15 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
 std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& config) {
   auto reg = std::make_unique<Registry>();
   auto fusion = std::make_shared<FusionBuffer>();  // one host fusion buffer for every host algorithm
-  auto ring = std::make_unique<RingBackend>(mpi, config, fusion);
-  auto mpi_allreduce = std::make_unique<MpiAllreduce>(mpi, fusion);
-  std::vector<HostAllreduce*> host_allreduce = {ring.get(), mpi_allreduce.get()};
-  reg->add(OpType::kAllreduce, kHost, std::move(ring));           // large messages
-  reg->add(OpType::kAllreduce, kHost, std::move(mpi_allreduce));  // everything else
+  // Host allreduces go into the registry and, typed, into the list the
+  // host-staged device allreduce chooses from.
+  std::vector<HostAllreduce*> host_allreduce;
+  auto allreduce = [&](std::unique_ptr<HostAllreduce> a) {
+    host_allreduce.push_back(a.get());
+    reg->add(OpType::kAllreduce, kHost, std::move(a));
+  };
+  allreduce(std::make_unique<RingBackend>(mpi, config, fusion));  // large messages
+  allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));          // everything else
   reg->add(OpType::kAllgather, kHost, std::make_unique<MpiAllgather>(mpi));
   reg->add(OpType::kBroadcast, kHost, std::make_unique<MpiBroadcast>(mpi));
   reg->add(OpType::kAlltoall, kHost, std::make_unique<MpiAlltoall>(mpi));
