@@ -29,6 +29,7 @@
 set -euo pipefail
 
 TB="${HVL_TESTBED:-hvl}"
+UP_DONE=0
 STATE_ROOT=/run/hvl-testbed
 STATE="$STATE_ROOT/$TB"
 SUBNET=198.18.0.0/24
@@ -83,8 +84,8 @@ cmd_up() {
   [ -e "$STATE" ] && die "testbed '$TB' exists already ($STATE); 'hosts.sh down' first or set HVL_TESTBED"
   if [ "$rate" != none ]; then command -v tc >/dev/null || die "RATE needs tc (iproute2)"; fi
   mkdir -p "$STATE"
-  # Anything that fails from here on leaves nothing behind.
-  trap 'cmd_down >/dev/null 2>&1 || true' ERR
+  # Anything that fails from here on (set -e) leaves nothing behind.
+  trap 'if [ "$UP_DONE" != 1 ]; then cmd_down >/dev/null 2>&1 || true; fi' EXIT
   echo "${HVL_TESTBED_OWNER:-}" >"$STATE/owner"
   ip link add "$TB-br" type bridge
   ip link set "$TB-br" up
@@ -99,7 +100,7 @@ cmd_up() {
   echo "$TB-h0" >"$STATE/launch_ns"
   echo "$rate" >"$STATE/rate"
   write_mpi_env
-  trap - ERR
+  UP_DONE=1
   echo "testbed $TB: hosts $(paste -sd' ' "$STATE/hosts") (rate $rate); agent $STATE/agent"
 }
 
