@@ -14,7 +14,7 @@ import torch
 import horovodlite
 import horovodlite.torch as hvd
 from horovodlite import run
-from launch_util import REPO, clean_env, launch, read_reports, report_command
+from launch_util import MPIRUN, REPO, clean_env, launch, read_reports, report_command
 
 
 def test_each_flag_reaches_the_ranks(tmp_path):
@@ -145,7 +145,7 @@ def test_unreachable_host_is_named_within_the_start_timeout(tmp_path):
 def _expected_thread_level():
     script = ("import horovodlite.torch as hvd\nhvd.init()\n"
               "print('MULTIPLE' if hvd.mpi_threads_supported() else 'BELOW')\nhvd.shutdown()\n")
-    out = subprocess.run(["mpirun", "-np", "1", "--oversubscribe", sys.executable, "-c", script],
+    out = subprocess.run([MPIRUN, "-np", "1", "--oversubscribe", sys.executable, "-c", script],
                          env=clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"),
                          stdout=subprocess.PIPE, universal_newlines=True, timeout=120)
     assert out.returncode == 0
