@@ -4,6 +4,7 @@
 // only move tensors across, release the GIL while waiting, and turn adapter
 // exceptions into Horovod's Python exception types.
 #include <torch/csrc/utils/pybind.h>
+#include <torch/version.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "horovodlite/build_info.h"
 #include "horovodlite/horovodlite.h"
 #include "horovodlite/torch/async_handle.h"
 #include "horovodlite/torch/basics.h"
@@ -162,6 +164,24 @@ void stop_timeline() {
 #endif
 }
 
+// What horovodlite-run --check-build prints: the core's build information plus
+// the LibTorch this module was compiled against.
+py::dict build_info() {
+  const BuildInfo info = horovodlite::build_info();
+  py::dict d;
+  d["version"] = info.version;
+  d["mpi_library"] = info.mpi_library;
+  d["mpi_version"] = std::to_string(info.mpi_version) + "." + std::to_string(info.mpi_subversion);
+  d["cuda"] = info.cuda;
+  d["cuda_runtime_version"] = info.cuda_runtime_version;
+  d["nccl_version"] = info.nccl_version;
+  d["cpu_avx2_f16c"] = info.cpu_avx2_f16c;
+  d["ring_threshold_bytes"] = info.ring_threshold_bytes;
+  d["ring_segment_bytes"] = info.ring_segment_bytes;
+  d["torch_built_against"] = TORCH_VERSION;
+  return d;
+}
+
 }  // namespace
 }  // namespace python
 }  // namespace horovodlite
@@ -208,6 +228,10 @@ PYBIND11_MODULE(_C, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("stop_timeline", &stop_timeline, py::call_guard<py::gil_scoped_release>());
   m.attr("version") = HVL_VERSION_STRING;
+  m.def("build_info", &build_info);
+  m.def("mpi_thread_level_name", []() {
+    return std::string(horovodlite::mpi_thread_level_name(horovodlite::mpi_thread_level()));
+  });
 
   // Reduce op values, as in horovod.common.basics (Average/Sum/Adasum) plus Min/Max/Product.
   m.attr("AVERAGE") = static_cast<int>(ReduceOp::kAverage);
