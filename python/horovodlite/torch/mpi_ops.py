@@ -403,12 +403,15 @@ def _splits_list(tensor, splits, what):
     if splits is None:
         return []
     if isinstance(splits, torch.Tensor):
-        if splits.dim() != 1 or splits.dtype.is_floating_point or splits.dtype == torch.bool:
-            raise TypeError("%s: splits must be a 1-D integer tensor or a list of ints" % what)
+        # ValueError (not TypeError) for a bad dtype, as Horovod.
+        if splits.dim() != 1 or splits.dtype.is_floating_point or splits.dtype.is_complex \
+                or splits.dtype == torch.bool:
+            raise ValueError("%s: splits must be a 1-D integer tensor or a list of ints, got a %d-D %s tensor"
+                             % (what, splits.dim(), splits.dtype))
         values = [int(v) for v in splits.tolist()]
     elif isinstance(splits, (list, tuple)):
         if any(isinstance(v, bool) or not isinstance(v, int) for v in splits):
-            raise TypeError("%s: splits must contain ints" % what)
+            raise ValueError("%s: splits must contain ints, got %r" % (what, list(splits)))
         values = list(splits)
     else:
         raise TypeError("%s: splits must be None, a list of ints or an integer tensor, got %s"
