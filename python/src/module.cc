@@ -141,6 +141,14 @@ PyHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::str
                            : torch::broadcast_async(tensor, root_rank, name));
 }
 
+// init(comm=...): `comm_address` is the address of an MPI_Comm (mpi4py's
+// MPI._addressof(comm)); the core duplicates the communicator.
+void init_comm(uintptr_t comm_address) {
+  InitOptions options;
+  options.mpi_comm = reinterpret_cast<const void*>(comm_address);
+  torch::throw_if_error(horovodlite::init(options));
+}
+
 int nccl_version() {
 #ifdef HVL_NCCL_VERSION_CODE
   return HVL_NCCL_VERSION_CODE;
@@ -204,6 +212,7 @@ PYBIND11_MODULE(_C, m) {
 
   // ---- lifecycle and topology (GIL released: init/shutdown talk to MPI) ----
   m.def("init", &hvt::init, py::call_guard<py::gil_scoped_release>());
+  m.def("init_comm", &init_comm, py::arg("comm_address"), py::call_guard<py::gil_scoped_release>());
   m.def("shutdown", &hvt::shutdown, py::call_guard<py::gil_scoped_release>());
   m.def("is_initialized", &hvt::is_initialized);
   m.def("rank", &hvt::rank);
