@@ -15,7 +15,8 @@ MPIRUN_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when
 def _clean_env():
     # Never inherit an enclosing MPI job's variables (but keep mpirun's run-as-root permission).
     return {k: v for k, v in os.environ.items()
-            if not k.startswith(("OMPI_", "PMIX_", "HOROVODLITE_", "HOROVOD_")) or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+            if not k.startswith(("OMPI_", "PMIX_", "HOROVODLITE_", "HOROVOD_"))
+            or k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
 
 
 def _run(tmp_path, np, script):
