@@ -46,7 +46,7 @@ def _mpi4py(what):
         from mpi4py import MPI
     except ImportError as e:
         raise ImportError("horovodlite.init(comm=%s) needs mpi4py (e.g. Debian's python3-mpi4py): %s"
-                          % (what, e))
+                          % (what, e)) from e
     return MPI
 
 

@@ -24,7 +24,7 @@ def _run(tmp_path, np, script):
     path.write_text("OUTDIR = %r\n" % str(tmp_path) + script)
     cmd = [MPIRUN, "-np", str(np)] + MPIRUN_FLAGS + [sys.executable, str(path)]
     return subprocess.run(cmd, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=120)
+                          text=True, timeout=120)
 
 
 def _outputs(tmp_path, np):
