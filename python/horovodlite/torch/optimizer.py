@@ -32,7 +32,7 @@ from horovodlite.torch import _C
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
 from horovodlite.torch.mpi_ops import (Average, Adasum, Sum, _Handle, _single, allreduce_async,  # noqa: F401
-                                       grouped_allreduce_async, synchronize, size)
+                                       grouped_allreduce_async, sparse_allreduce_async, synchronize, size)
 
 _BACKWARD_CODE = torch.autograd.backward.__code__
 
@@ -217,7 +217,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         tensor = p.grad
         if tensor.is_sparse:
             if not self.sparse_as_dense:
-                raise ValueError("horovodlite: sparse gradient for %s; use sparse_as_dense=True" % name)
+                return self._sparse_allreduce_grad_async(p, name)
             tensor = tensor.to_dense()
         elif self._compression is Compression.none:
             # Out of place, so that p.grad is only read while the allreduce runs.
@@ -235,6 +235,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         handle = allreduce_async(compressed, name=name, op=self.op, prescale_factor=pre,
                                  postscale_factor=post, process_set=self.process_set)
         return _Pending(handle, ctx)
+
+    def _sparse_allreduce_grad_async(self, p, name):
+        """A sparse gradient with sparse_as_dense=False: allgather of its indices
+        and values, averaged or summed (Horovod's sparse_allreduce_async)."""
+        handle = sparse_allreduce_async(p.grad, name=name, op=self.op, process_set=self.process_set)
+        # The result is final and not compressed: decompress() must leave it as it is.
+        return _Pending(handle, p.grad.dtype if self._compression is Compression.fp16 else None)
 
     def _grouped_allreduce_grad_async(self, ps):
         name = self._parameter_names.get(ps[0])
