@@ -42,10 +42,11 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 def _step_without_allreduce(optimizer):
     # A DistributedOptimizer's step() would allreduce every gradient, which needs
-    # every rank to call it; initialising state must stay local.
-    from horovodlite.torch.optimizer import _DistributedOptimizer
-    if isinstance(optimizer, _DistributedOptimizer):
-        super(optimizer.__class__, optimizer).step()
+    # every rank to call it; initialising state must stay local. (Asked by duck
+    # typing: optimizer.py imports this module, not the other way round.)
+    step_locally = getattr(optimizer, "_step_locally", None)
+    if step_locally is not None:
+        step_locally()
     else:
         optimizer.step()
 
