@@ -6,5 +6,9 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 bash "$HVL_ROOT/ci/setup_venv.sh"
+# The two torch builds share the core's object files through ccache.
+if [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] && command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+fi
 cmake -S "$HVL_ROOT" -B "$HVL_BUILD" -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$HVL_PYTHON" "$@"
 cmake --build "$HVL_BUILD" -j"$HVL_JOBS"
