@@ -143,12 +143,25 @@ def _check_op(op, what):
 # -------------------------------------------------------------- allreduce ----
 
 def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, in_place, what,
-                     fp16_wire=False):
+                     compression=Compression.none, output=None):
+    """compression: Compression.none, or Compression.fp16 to send float32 and
+    float64 as fp16, converted inside the core while packing (no fp16 copy; the
+    result has the input's dtype; other dtypes go as they are). output (out of
+    place only): the tensor to write the result into (same shape and dtype as
+    ``tensor``), e.g. a buffer reused from step to step; None: a new tensor."""
     _check_tensor(tensor, what)
     check_global(process_set, what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
-    part = _C.allreduce_async(tensor, _name(name, what), op, pre, post, in_place, fp16_wire)
+    if compression is not Compression.none and compression is not Compression.fp16:
+        raise ValueError("%s: the core compresses only with Compression.fp16; compress other ways before "
+                         "calling" % what)
+    if output is not None:
+        _check_tensor(output, what)
+        if in_place:
+            raise ValueError("%s: an output tensor cannot be given to the in-place form" % what)
+    fp16_wire = compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64)
+    part = _C.allreduce_async(tensor, _name(name, what), op, pre, post, in_place, fp16_wire, output)
     return _Handle([part], _single)
 
 
