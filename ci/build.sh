@@ -10,5 +10,7 @@ bash "$HVL_ROOT/ci/setup_venv.sh"
 if [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ] && command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
 fi
-cmake -S "$HVL_ROOT" -B "$HVL_BUILD" -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$HVL_PYTHON" "$@"
+# HVL_WERROR=OFF builds with warnings allowed (a newer compiler may warn where this one does not).
+cmake -S "$HVL_ROOT" -B "$HVL_BUILD" -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$HVL_PYTHON" \
+  -DHVL_WERROR="${HVL_WERROR:-ON}" "$@"
 cmake --build "$HVL_BUILD" -j"$HVL_JOBS"
