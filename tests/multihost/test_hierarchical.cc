@@ -62,7 +62,8 @@ bool hierarchical_applies() {
   return m.local_size() > 1 && m.cross_size() > 1;
 }
 
-const char* kTypes[] = {"uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"};
+const char* kTypes[] = {"uint8",   "int8",     "int16",   "int32",   "int64",
+                        "float16", "bfloat16", "float32", "float64", "bool"};
 const char* kOps[] = {"average", "sum", "min", "max", "product"};
 
 std::vector<uint8_t> small_integers(DataType t, ReduceOp op, int64_t count, int rank) {
@@ -76,16 +77,36 @@ std::vector<uint8_t> small_integers(DataType t, ReduceOp op, int64_t count, int 
     const int v = d(rng);
     auto put = [p](auto x) { std::memcpy(p, &x, sizeof x); };
     switch (t) {
-      case DataType::kUInt8: put(static_cast<uint8_t>(std::abs(v))); break;
-      case DataType::kInt8: put(static_cast<int8_t>(v)); break;
-      case DataType::kInt16: put(static_cast<int16_t>(v * (product ? 1 : 100))); break;
-      case DataType::kInt32: put(static_cast<int32_t>(v * (product ? 1 : 100000))); break;
-      case DataType::kInt64: put(static_cast<int64_t>(v) * (product ? 1 : (int64_t{1} << 40))); break;
-      case DataType::kFloat16: put(kernels::float_to_half(static_cast<float>(v))); break;
-      case DataType::kBFloat16: put(kernels::float_to_bfloat16(static_cast<float>(v))); break;
-      case DataType::kFloat32: put(static_cast<float>(v) * 0.25f); break;
-      case DataType::kFloat64: put(static_cast<double>(v) * 0.125); break;
-      case DataType::kBool: put(static_cast<uint8_t>(rng() % 4 != 0)); break;
+      case DataType::kUInt8:
+        put(static_cast<uint8_t>(std::abs(v)));
+        break;
+      case DataType::kInt8:
+        put(static_cast<int8_t>(v));
+        break;
+      case DataType::kInt16:
+        put(static_cast<int16_t>(v * (product ? 1 : 100)));
+        break;
+      case DataType::kInt32:
+        put(static_cast<int32_t>(v * (product ? 1 : 100000)));
+        break;
+      case DataType::kInt64:
+        put(static_cast<int64_t>(v) * (product ? 1 : (int64_t{1} << 40)));
+        break;
+      case DataType::kFloat16:
+        put(kernels::float_to_half(static_cast<float>(v)));
+        break;
+      case DataType::kBFloat16:
+        put(kernels::float_to_bfloat16(static_cast<float>(v)));
+        break;
+      case DataType::kFloat32:
+        put(static_cast<float>(v) * 0.25f);
+        break;
+      case DataType::kFloat64:
+        put(static_cast<double>(v) * 0.125);
+        break;
+      case DataType::kBool:
+        put(static_cast<uint8_t>(rng() % 4 != 0));
+        break;
     }
   }
   return buf;

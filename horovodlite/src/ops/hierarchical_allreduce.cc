@@ -27,7 +27,8 @@ HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config
     : HostAllreduce(mpi, std::move(fusion)) {
   // Every rank reads the same configuration, so every rank takes the same branches.
   if (config.hierarchical_allreduce == Config::Hierarchical::kOff || mpi.size() < 2) return;
-  const int64_t threshold = config.hierarchical_allreduce == Config::Hierarchical::kOn ? 0 : config.ring_threshold_bytes;
+  const int64_t threshold =
+      config.hierarchical_allreduce == Config::Hierarchical::kOn ? 0 : config.ring_threshold_bytes;
   if (threshold < 0) return;  // auto and RING_THRESHOLD=-1: never
   // Collective: the same number of ranks on every host (min == max).
   int sizes[2] = {mpi.local_size(), -mpi.local_size()};
@@ -114,9 +115,9 @@ Status HierarchicalAllreduce::run(const void* in, void* out, int64_t count, Data
   auto start_reduce_scatter = [&](int64_t p) {
     const int b = static_cast<int>(p % 2);
     split(std::min(piece, count - p * piece), local_size_, &counts[b], &displs[b]);
-    return mpi_status(MPI_Ireduce_scatter(src + p * piece * esize, scratch_[b].data(), counts[b].data(), rtype, rop,
-                                          local_, &rs),
-                      "MPI_Ireduce_scatter (inside the host)");
+    return mpi_status(
+        MPI_Ireduce_scatter(src + p * piece * esize, scratch_[b].data(), counts[b].data(), rtype, rop, local_, &rs),
+        "MPI_Ireduce_scatter (inside the host)");
   };
   HVL_RETURN_IF_ERROR(start_reduce_scatter(0));
   for (int64_t p = 0; p < pieces; ++p) {
