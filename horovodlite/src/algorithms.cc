@@ -5,6 +5,7 @@
 #include "algorithms.h"
 
 #include "fusion_buffer.h"
+#include "ops/hierarchical_allreduce.h"
 #include "ops/host_allreduce.h"
 #include "ops/mpi_allgather.h"
 #include "ops/mpi_allreduce.h"
@@ -49,7 +50,7 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
     return Status::Internal("no host allreduce accepts this buffer");
   };
   const bool nccl = config.gpu_operations == Config::GpuOperations::kNccl;
-  if (nccl && config.hierarchical_allreduce) {
+  if (nccl && config.hierarchical_allreduce == Config::Hierarchical::kOn) {
     reg.add(OpType::kAllreduce, kDevice, std::make_unique<cuda::NcclHierarchicalAllreduce>(ctx, mpi));  // multi-node
   }
   if (nccl) {
@@ -78,8 +79,9 @@ std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& con
     host_allreduce.push_back(a.get());
     reg->add(OpType::kAllreduce, kHost, std::move(a));
   };
-  allreduce(std::make_unique<RingBackend>(mpi, config, fusion));  // large messages
-  allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));          // everything else
+  allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));  // several hosts, large messages
+  allreduce(std::make_unique<RingBackend>(mpi, config, fusion));            // large messages
+  allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                   // everything else
   reg->add(OpType::kAllgather, kHost, std::make_unique<MpiAllgather>(mpi));
   reg->add(OpType::kBroadcast, kHost, std::make_unique<MpiBroadcast>(mpi));
   reg->add(OpType::kAlltoall, kHost, std::make_unique<MpiAlltoall>(mpi));

@@ -123,7 +123,15 @@ Status Config::from_env(Config* out) {
   if (c.timeline_path == "DYNAMIC") c.timeline_path.clear();
   HVL_RETURN_IF_ERROR(read_bool("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
   HVL_RETURN_IF_ERROR(read_double("PEER_TIMEOUT_SECONDS", 0.0, 1e7, &c.peer_timeout_s));
-  HVL_RETURN_IF_ERROR(read_bool("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce));
+  {
+    bool hierarchical = false;
+    std::string var;
+    const char* v = lookup("HIERARCHICAL_ALLREDUCE", &var);
+    if (v != nullptr && *v != '\0') {  // unset or empty: auto
+      HVL_RETURN_IF_ERROR(read_bool("HIERARCHICAL_ALLREDUCE", &hierarchical));
+      c.hierarchical_allreduce = hierarchical ? Hierarchical::kOn : Hierarchical::kOff;
+    }
+  }
   {
     std::string var;
     if (const char* v = lookup("GPU_OPERATIONS", &var)) {

@@ -39,6 +39,11 @@ class MpiContext {
   int local_size() const { return local_size_; }
   int cross_rank() const { return cross_rank_; }
   int cross_size() const { return cross_size_; }
+  // Ranks on this host (split by MPI_COMM_TYPE_SHARED, ordered by rank), and
+  // the ranks with this local rank on every host (ordered by rank). Algorithms
+  // duplicate them for their own traffic.
+  MPI_Comm local_comm() const { return local_comm_; }
+  MPI_Comm cross_comm() const { return cross_comm_; }
   bool threads_multiple() const { return thread_level_ >= MPI_THREAD_MULTIPLE; }
 
   // The MPI datatype for reductions of `dtype`.

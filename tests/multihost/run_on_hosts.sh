@@ -41,9 +41,17 @@ trap 'exit 143' TERM
 
 host_list=""
 for i in $(seq 1 "$hosts"); do host_list="$host_list${host_list:+,}$HVL_TESTBED-h$i:$per_host"; done
+# The launch agent starts every host with a clean environment (as ssh would):
+# forward what the ranks need, as horovodlite-run does.
+forward=()
+while IFS='=' read -r name _; do
+  case "$name" in
+    HOROVODLITE_* | HOROVOD_* | PYTHONPATH | LD_LIBRARY_PATH | OMP_NUM_THREADS | PYTHONDONTWRITEBYTECODE) forward+=(-x "$name") ;;
+  esac
+done < <(env)
 # timeout (not CTest's kill) ends a hung job, so that the trap still runs.
 timeout --signal=TERM --kill-after=10 "$limit" \
-  "$HOSTS_SH" run mpirun -np $((hosts * per_host)) -H "$host_list" --bind-to none --allow-run-as-root "$@"
+  "$HOSTS_SH" run mpirun -np $((hosts * per_host)) -H "$host_list" --bind-to none --allow-run-as-root "${forward[@]}" "$@"
 rc=$?
 [ $rc = 124 ] && echo "$0: the job ran past ${limit} s and was stopped" >&2
 exit $rc

@@ -46,12 +46,17 @@ struct Config {
   // fail and the job is aborted (MPI_Abort). 0 disables the watchdog.
   double peer_timeout_s = 60.0;
 
+  // HIERARCHICAL_ALLREDUCE (0/1; unset: auto). Host allreduces on several hosts
+  // with the same number of ranks each (local_size > 1) run as a reduce-scatter
+  // inside each host, our ring across hosts on each shard (one ring per local
+  // rank) and an allgather inside each host (ops/hierarchical_allreduce.h).
+  // Auto: from RING_THRESHOLD bytes up (where the flat ring would run; it always
+  // moves fewer bytes across hosts than the flat ring); 1: for every size; 0:
+  // never. Device allreduces (CUDA builds) run NCCL's hierarchical form only with 1.
+  enum class Hierarchical : uint8_t { kAuto = 0, kOff = 1, kOn = 2 };
+  Hierarchical hierarchical_allreduce = Hierarchical::kAuto;
+
   // ---- device (CUDA) tensors; ignored by builds without CUDA ----
-  // HIERARCHICAL_ALLREDUCE (0/1): device allreduces on multi-node jobs run as an
-  // NCCL reduce-scatter inside each node, an MPI allreduce across nodes and an
-  // NCCL allgather inside each node. Needs the same number of ranks on every node
-  // (otherwise the flat NCCL allreduce is used). Off by default.
-  bool hierarchical_allreduce = false;
   // GPU_OPERATIONS: "nccl" (default) runs collectives on device tensors with NCCL;
   // "mpi" copies them to pinned host memory and uses the host (MPI) collectives.
   // Reductions NCCL cannot do (int16) always use the host path.

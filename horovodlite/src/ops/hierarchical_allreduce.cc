@@ -1,0 +1,140 @@
+#include "ops/hierarchical_allreduce.h"
+
+#include <algorithm>
+
+#include "logging.h"
+
+namespace horovodlite {
+
+namespace {
+
+// Elements of [0, n) per local rank, as even as possible, and their offsets.
+void split(int64_t n, int parts, std::vector<int>* counts, std::vector<int>* displs) {
+  counts->resize(parts);
+  displs->resize(parts);
+  int offset = 0;
+  for (int i = 0; i < parts; ++i) {
+    (*counts)[i] = static_cast<int>(n / parts + (i < n % parts ? 1 : 0));
+    (*displs)[i] = offset;
+    offset += (*counts)[i];
+  }
+}
+
+}  // namespace
+
+HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config& config,
+                                             std::shared_ptr<FusionBuffer> fusion)
+    : HostAllreduce(mpi, std::move(fusion)) {
+  // Every rank reads the same configuration, so every rank takes the same branches.
+  if (config.hierarchical_allreduce == Config::Hierarchical::kOff || mpi.size() < 2) return;
+  const int64_t threshold =
+      config.hierarchical_allreduce == Config::Hierarchical::kOn ? 0 : config.ring_threshold_bytes;
+  if (threshold < 0) return;  // auto and RING_THRESHOLD=-1: never
+  // Collective: the same number of ranks on every host (min == max).
+  int sizes[2] = {mpi.local_size(), -mpi.local_size()};
+  if (MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, mpi.comm()) != MPI_SUCCESS) return;
+  const bool homogeneous = sizes[0] == -sizes[1];
+  if (!homogeneous || mpi.local_size() == 1 || mpi.cross_size() == 1) {
+    if (config.hierarchical_allreduce == Config::Hierarchical::kOn && mpi.rank() == 0) {
+      HVL_LOG(kInfo, "HOROVODLITE_HIERARCHICAL_ALLREDUCE=1 has no effect here ("
+                         << (homogeneous ? "one host, or one rank per host" : "hosts have different numbers of ranks")
+                         << "): the flat ring serves large allreduces");
+    }
+    return;
+  }
+  Status dup = mpi_status(MPI_Comm_dup(mpi.local_comm(), &local_), "MPI_Comm_dup (local)");
+  if (dup.ok()) dup = mpi_status(MPI_Comm_dup(mpi.cross_comm(), &cross_), "MPI_Comm_dup (cross)");
+  dup = agree_across_ranks(mpi.comm(), dup, "hierarchical allreduce set-up", "MPI_Comm_dup failed there");
+  if (!dup.ok()) {
+    HVL_LOG(kWarning, "the hierarchical allreduce is disabled: " << dup.message());
+    return;
+  }
+  MPI_Comm_set_errhandler(local_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(cross_, MPI_ERRORS_RETURN);
+  local_rank_ = mpi.local_rank();
+  local_size_ = mpi.local_size();
+  RingAllreduceOptions options;
+  options.segment_bytes = config.ring_segment_bytes;
+  ring_ = std::make_unique<RingAllreduce>(cross_, options);
+  threshold_ = threshold;
+}
+
+HierarchicalAllreduce::~HierarchicalAllreduce() {
+  ring_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
+  if (cross_ != MPI_COMM_NULL) MPI_Comm_free(&cross_);
+}
+
+bool HierarchicalAllreduce::accepts(DataType, ReduceOp op, int64_t bytes) const {
+  return ring_ != nullptr && threshold_ >= 0 && bytes >= threshold_ && op != ReduceOp::kAdasum;
+}
+
+Status HierarchicalAllreduce::reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                     double postscale) {
+  return run(in, out, count, dtype, op, postscale, false);
+}
+
+Status HierarchicalAllreduce::reduce_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                               double postscale) {
+  return run(in, out, count, dtype, op, postscale, true);
+}
+
+Status HierarchicalAllreduce::ensure_scratch(int64_t bytes) {
+  for (auto& s : scratch_) {
+    if (static_cast<int64_t>(s.size()) < bytes) {
+      try {
+        s.resize(static_cast<size_t>(bytes));
+      } catch (const std::bad_alloc&) {
+        return Status::Internal("out of memory allocating " + std::to_string(bytes) +
+                                " bytes for the hierarchical allreduce");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status HierarchicalAllreduce::run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                  double postscale, bool wire16) {
+  if (ring_ == nullptr) return Status::Internal("the hierarchical allreduce is not set up on this job");
+  if (count <= 0) return Status::OK();
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t piece = std::max<int64_t>(local_size_, piece_bytes_ / esize);
+  const int64_t pieces = (count + piece - 1) / piece;
+  HVL_RETURN_IF_ERROR(ensure_scratch((std::min(piece, count) + local_size_ - 1) / local_size_ * esize));
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  const MPI_Datatype rtype = mpi_.reduce_type(dtype);
+  const MPI_Op rop = mpi_.reduce_op(op, dtype);
+  const MPI_Datatype mtype = MpiContext::move_type(dtype);
+  std::vector<int> counts[2], displs[2];  // per parity: in use by a piece's non-blocking collective
+  MPI_Request rs = MPI_REQUEST_NULL, ag = MPI_REQUEST_NULL;
+
+  auto start_reduce_scatter = [&](int64_t p) {
+    const int b = static_cast<int>(p % 2);
+    split(std::min(piece, count - p * piece), local_size_, &counts[b], &displs[b]);
+    return mpi_status(
+        MPI_Ireduce_scatter(src + p * piece * esize, scratch_[b].data(), counts[b].data(), rtype, rop, local_, &rs),
+        "MPI_Ireduce_scatter (inside the host)");
+  };
+  HVL_RETURN_IF_ERROR(start_reduce_scatter(0));
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int b = static_cast<int>(p % 2);
+    HVL_RETURN_IF_ERROR(mpi_wait(&rs, "MPI_Ireduce_scatter (inside the host)"));
+    // The allgather of piece p-1 reads scratch_[(p+1) % 2]: done before it is reused.
+    HVL_RETURN_IF_ERROR(mpi_wait(&ag, "MPI_Iallgatherv (inside the host)"));
+    if (p + 1 < pieces) HVL_RETURN_IF_ERROR(start_reduce_scatter(p + 1));
+    void* shard = scratch_[b].data();
+    const int n = counts[b][local_rank_];
+    HVL_RETURN_IF_ERROR(wire16 ? ring_->run_fp16_wire(shard, shard, n, dtype, op, postscale)
+                               : ring_->run(shard, shard, n, dtype, op, postscale));
+    HVL_RETURN_IF_ERROR(mpi_status(MPI_Iallgatherv(shard, n, mtype, dst + p * piece * esize, counts[b].data(),
+                                                   displs[b].data(), mtype, local_, &ag),
+                                   "MPI_Iallgatherv (inside the host)"));
+  }
+  return mpi_wait(&ag, "MPI_Iallgatherv (inside the host)");
+}
+
+}  // namespace horovodlite

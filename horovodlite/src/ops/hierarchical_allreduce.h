@@ -1,0 +1,65 @@
+// The hierarchical host allreduce, for jobs on several hosts: a reduce-scatter
+// inside each host (MPI over the shared-memory local communicator), an allreduce
+// of each shard across hosts (our pipelined ring over the cross-host
+// communicator: local rank i of every host reduces shard i, so every host's link
+// carries L rings at once), and an allgather inside each host.
+//
+// Bytes across hosts, per host and direction, for N bytes on H hosts of L ranks:
+// 2 (H-1)/H * N, against 2 (HL-1)/(HL) * N for the flat ring (1.5x fewer on 2x2).
+// The buffer goes through in pieces (kPieceBytes) so that the local steps of one
+// piece overlap the cross-host ring of another: the reduce-scatter of piece k+1
+// and the allgather of piece k-1 are non-blocking MPI collectives progressed
+// while the ring of piece k runs.
+//
+// With fp16 compression (fp16_wire) the local steps stay in the buffer's
+// precision (shared memory is not the bottleneck) and only the cross-host ring
+// carries IEEE binary16; the result is fp16-rounded, then postscaled, and is
+// bitwise the same on every rank (each shard is reduced by one ring and copied).
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "horovodlite/config.h"
+#include "ops/host_allreduce.h"
+#include "ops/ring_allreduce.h"
+
+namespace horovodlite {
+
+class HierarchicalAllreduce : public HostAllreduce {
+ public:
+  // Bytes of the buffer per pipeline piece.
+  static constexpr int64_t kPieceBytes = int64_t{8} << 20;
+
+  // Collective over mpi.comm(): checks that every host has the same number of
+  // ranks and duplicates the local and cross communicators. Enabled on several
+  // hosts with more than one rank each; HIERARCHICAL_ALLREDUCE decides from which
+  // size (auto: the ring threshold; 1: every size; 0: never).
+  HierarchicalAllreduce(const MpiContext& mpi, const Config& config, std::shared_ptr<FusionBuffer> fusion);
+  ~HierarchicalAllreduce() override;
+  const char* name() const override { return "HIERARCHICAL_ALLREDUCE"; }
+  bool accepts(DataType dtype, ReduceOp op, int64_t bytes) const override;
+  Status reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) override;
+  bool fp16_wire() const override { return true; }
+  Status reduce_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                          double postscale) override;
+  // Tests: smaller pieces, so that small buffers still go through several.
+  void set_piece_bytes(int64_t bytes) { piece_bytes_ = std::max<int64_t>(1, bytes); }
+
+ private:
+  Status run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale, bool wire16);
+  Status ensure_scratch(int64_t bytes);
+
+  MPI_Comm local_ = MPI_COMM_NULL;  // dup of the local communicator: the local steps
+  MPI_Comm cross_ = MPI_COMM_NULL;  // dup of the cross communicator: the ring
+  int64_t threshold_ = -1;          // bytes; -1: disabled
+  int64_t piece_bytes_ = kPieceBytes;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  std::unique_ptr<RingAllreduce> ring_;
+  std::vector<char> scratch_[2];  // this rank's shard of two pieces in flight
+  std::vector<int> counts_, displs_;
+};
+
+}  // namespace horovodlite

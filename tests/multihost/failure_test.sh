@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# A host fails in the middle of a job, on 2 simulated hosts x 2 ranks:
+#
+#   tests/multihost/failure_test.sh link|kill WORKER
+#
+# link: the second host's network link goes down (ci/hosts.sh link ... down);
+# kill: the second host's ranks are killed (SIGKILL). Passes when every rank of
+# the surviving host has ended within 30 s, mpirun has exited non-zero, and the
+# job's output names the lost host or its ranks. The watchdog's timeout
+# (HOROVODLITE_PEER_TIMEOUT_SECONDS) is 10 s. Exit 77 (skip) without root.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HOSTS_SH="$ROOT/ci/hosts.sh"
+mode="${1:-}" worker="${2:-}"
+[ "$mode" = link ] || [ "$mode" = kill ] || { echo "usage: $0 link|kill WORKER" >&2; exit 2; }
+[ -x "$worker" ] || { echo "$0: no worker '$worker'" >&2; exit 2; }
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&1 || ! command -v tc >/dev/null; then
+  echo "SKIP: multi-host tests need root, iproute2 network namespaces and tc; not available here"
+  exit 77
+fi
+"$HOSTS_SH" gc
+export HVL_TESTBED="f$(printf '%07d' $$ | tail -c 7)"
+export HVL_TESTBED_OWNER=$$
+log="$(mktemp)"
+mpirun_pid=""
+cleanup() {
+  [ -n "$mpirun_pid" ] && kill -9 "$mpirun_pid" 2>/dev/null
+  "$HOSTS_SH" down
+  rm -f "$log"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+"$HOSTS_SH" up 2 2gbit || exit 1
+h1="$HVL_TESTBED-h1" h2="$HVL_TESTBED-h2"
+
+# Worker processes (by executable name) in a host's namespace.
+workers_on() {
+  local pid
+  for pid in $(ip netns pids "$1" 2>/dev/null); do
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(basename "$worker" | cut -c1-15)" ] && echo "$pid"
+  done
+}
+
+export HOROVODLITE_PEER_TIMEOUT_SECONDS=10
+# TCP keepalive on Open MPI's control connections (default: first probe after
+# 300 s): mpirun learns within about 10 s that a host's daemon is unreachable,
+# says which, and ends the job; without it mpirun waits for that daemon for
+# minutes after the watchdog has ended the surviving ranks.
+"$HOSTS_SH" run mpirun -np 4 -H "$h1:2,$h2:2" --bind-to none --allow-run-as-root \
+  --mca oob_tcp_keepalive_time 4 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 \
+  -x HOROVODLITE_PEER_TIMEOUT_SECONDS "$worker" >"$log" 2>&1 &
+mpirun_pid=$!
+for _ in $(seq 600); do  # at most 60 s to start
+  [ "$(grep -c ' ready$' "$log")" -ge 4 ] && break
+  kill -0 "$mpirun_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ "$(grep -c ' ready$' "$log")" -lt 4 ]; then
+  cat "$log"
+  echo "FAIL: the job did not start" >&2
+  exit 1
+fi
+survivors="$(workers_on "$h1" | xargs)"
+echo "job running; survivors on $h1: pids $survivors; failing $h2 ($mode)"
+t0=$(date +%s.%N)
+if [ "$mode" = link ]; then
+  "$HOSTS_SH" link "$h2" down
+else
+  workers_on "$h2" | xargs -r kill -9
+fi
+
+ended=""
+for _ in $(seq 400); do  # 40 s
+  if [ -z "$(workers_on "$h1")" ]; then
+    ended=$(echo "$(date +%s.%N) - $t0" | bc)
+    break
+  fi
+  sleep 0.1
+done
+rc=""
+for _ in $(seq 200); do  # mpirun: 20 s more to exit
+  if ! kill -0 "$mpirun_pid" 2>/dev/null; then
+    wait "$mpirun_pid"
+    rc=$?
+    mpirun_pid=""
+    break
+  fi
+  sleep 0.1
+done
+echo "----- job output"
+cat "$log"
+echo "-----"
+fail=0
+if [ -z "$ended" ]; then
+  echo "FAIL: ranks on $h1 still running 40 s after $h2 failed" >&2
+  fail=1
+else
+  echo "the ranks on $h1 ended ${ended} s after $h2 failed"
+  if [ "$(echo "$ended > 30" | bc)" = 1 ]; then echo "FAIL: that is more than 30 s" >&2; fail=1; fi
+fi
+if [ -z "$rc" ]; then
+  echo "FAIL: mpirun still running 20 s after the ranks ended" >&2
+  fail=1
+elif [ "$rc" = 0 ]; then
+  echo "FAIL: mpirun exited 0" >&2
+  fail=1
+else
+  echo "mpirun exited $rc"
+fi
+if ! grep -Eq "$h2|rank [23]\b|ranks? [^a-z]*[23]\b" "$log"; then
+  echo "FAIL: the output names neither $h2 nor its ranks (2, 3)" >&2
+  fail=1
+fi
+exit $fail
