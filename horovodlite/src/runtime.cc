@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <unordered_set>
 
+#include "job_failure.h"
 #include "logging.h"
 
 namespace horovodlite {
@@ -107,6 +108,14 @@ Status Runtime::stop(bool exiting) {
   mpi_.release();
   std::lock_guard<std::mutex> lock(mu_);
   return stop_reason_.code() == StatusCode::kAborted ? Status::OK() : stop_reason_;
+}
+
+void Runtime::request_stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_requested_ = true;
+  }
+  cv_.notify_all();
 }
 
 Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
@@ -276,7 +285,9 @@ bool Runtime::cycle() {
   if (s.ok()) s = mpi_wait(&req, "MPI_Iallreduce (negotiation)");
   watchdog_->leave();
   if (!s.ok()) {
-    abort_all(Status::Aborted("horovodlite lost contact with other ranks: " + s.message()));
+    const Status lost = Status::Aborted("horovodlite lost contact with other ranks: " + s.message());
+    record_job_failure(lost.message());  // (before waking the waiters) exit must not wait for unreachable peers
+    abort_all(lost);
     return false;
   }
   for (size_t w = 0; w < or_words; ++w) bits_[w] = ~bits_[w];
@@ -315,7 +326,9 @@ bool Runtime::cycle() {
     watchdog_->leave();
     if (!s.ok()) {
       HVL_LOG(kError, "negotiation failed: " << s.message());
-      abort_all(Status::Aborted("horovodlite negotiation failed: " + s.message()));
+      const Status lost = Status::Aborted("horovodlite negotiation failed: " + s.message());
+      record_job_failure(lost.message());  // (before waking the waiters) exit must not wait for unreachable peers
+      abort_all(lost);
       return false;
     }
     counters_.tensors_negotiated += negotiated.size();
@@ -344,7 +357,8 @@ std::string Runtime::shutdown_message(const std::vector<int>& requesters, const 
            " exited without calling horovodlite::shutdown()";
   }
   if (!stall_reason_.empty()) return "horovodlite has been shut down after a stall: " + stall_reason_;
-  return "horovodlite has been shut down (shutdown() was called on rank(s) " + rank_list(requesters) + ")";
+  return "horovodlite has been shut down (shutdown() was called, or a wait was interrupted, on rank(s) " +
+         rank_list(requesters) + ")";
 }
 
 void Runtime::inspect_stalls(Clock::time_point now) {
@@ -476,8 +490,11 @@ void Runtime::run(const Response& r, Clock::time_point ready) {
       }
     }
   }
-  if (r.type == OpType::kError && r.error_code == StatusCode::kAborted && stall_reason_.empty()) {
-    stall_reason_ = r.error_message;  // a stall shutdown follows in the next cycle
+  if (r.type == OpType::kError && r.error_code == StatusCode::kAborted) {
+    // A stall: a peer may be stuck in its own code, so exit must not wait for it
+    // (recorded before the waiters wake: they may exit at once).
+    record_job_failure(r.error_message);
+    if (stall_reason_.empty()) stall_reason_ = r.error_message;  // a stall shutdown follows in the next cycle
   }
   ++counters_.responses_executed;
   if (r.names.size() > 1) counters_.fused_tensors += r.names.size();
