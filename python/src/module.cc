@@ -63,7 +63,7 @@ constexpr std::chrono::milliseconds kSignalCheckInterval{100};
 // has moved on from. So horovodlite shuts down on every rank, cleanly, through
 // the next negotiation cycle: this op and every op in flight fail with
 // HorovodInternalError, later ops too, until shutdown() and init() start afresh
-// (docs/python.md, "Interrupting a wait").
+// (docs/reliability.md, "Interrupting a wait").
 void abandon(const HandlePtr& core) {
   std::fprintf(stderr,
                "[horovodlite warning rank %d] the wait for '%s' was interrupted; the operation cannot be withdrawn "

@@ -3,7 +3,7 @@
 A rank sends itself SIGINT 2 s into a wait that can never complete (its peers
 never submit the op). The wait wakes every 0.1 s to run Python's signal
 handlers, so KeyboardInterrupt arrives within 1.5 s. The defined behaviour for
-the abandoned op (docs/python.md, "Interrupting a wait"): horovodlite shuts down
+the abandoned op (docs/reliability.md, "Interrupting a wait"): horovodlite shuts down
 on every rank, so the peers' waits end with HorovodInternalError and later ops
 fail clearly until shutdown() and init() start afresh, after which results are
 right again (nothing of the abandoned op is left behind: its name, the barrier
