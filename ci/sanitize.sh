@@ -3,7 +3,7 @@
 # (build-asan) and ThreadSanitizer (build-tsan), and runs them under mpirun with
 # 2 and 3 ranks. Suppressions for Open MPI's internals: ci/sanitizers/*.supp
 # (each entry explained there and in docs/reliability.md).
-#   ci/sanitize.sh [address|thread|all|ci=all]
+#   ci/sanitize.sh [address|thread|all|ci]   (default: all)
 # address/thread/all: the full runs (core and reliability suites at 2 and 3 ranks).
 # ci: the pass CI runs (ci/test.sh, through .ci/run): ASan+UBSan only, over the
 #   core suite (MPI and ring allreduce paths) and the ring suite at 2 ranks, plus
