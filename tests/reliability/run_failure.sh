@@ -15,12 +15,14 @@ if [ -n "$CHECK" ]; then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # mpirun in a session of its own, so that a hang (the test failing) leaves no
-# process behind: on the time limit the whole session is killed, not just mpirun.
+# process behind: on the time limit mpirun gets SIGTERM first (it then removes its
+# session directory: a stale one can trip a later job given the same pid), then the
+# whole session is killed.
 setsid "$MPIEXEC" -np "$NP" --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
   --mca btl ^openib "$APP" "$MODE" >"$LOG" 2>&1 &
 PID=$!
-(for ((i = 0; i < BOUND + 60; i++)); do sleep 1; kill -0 "$PID" || exit 0; done; pkill -KILL -s "$PID") \
-  >/dev/null 2>&1 &
+(for ((i = 0; i < BOUND + 60; i++)); do sleep 1; kill -0 "$PID" || exit 0; done
+ kill -TERM "$PID"; sleep 10; pkill -KILL -s "$PID") >/dev/null 2>&1 &
 wait "$PID"
 RC=$?
 END=$(date +%s.%N)

@@ -39,8 +39,14 @@ def _run_job(mode):
         out, _ = proc.communicate(timeout=BOUND_S + 120)
         hung = False
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        # SIGTERM first: mpirun then removes its session directory (a stale one can
+        # trip a later job given the same pid); then whatever is left.
+        proc.terminate()
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
         hung = True
     end = time.time()
     try:
