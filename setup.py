@@ -1,6 +1,10 @@
 """Builds and installs the horovodlite Python package through CMake.
 
-    /usr/bin/python3 -m pip install --no-build-isolation .
+    .venv/bin/pip install --no-build-isolation .                # PyTorch 2.x in the venv
+    /usr/bin/python3 -m pip install --no-build-isolation .      # Debian's PyTorch 1.13
+
+It builds against the torch of the interpreter that runs it (its LibTorch: see
+cmake/HvlTorch.cmake); torch, cmake and pybind11 must be installed first.
 
 The extension module horovodlite/torch/_C is built by the project's CMake build
 (with tests and benchmarks off) and installed beside the libhorovodlite and
@@ -11,6 +15,7 @@ parallel build jobs (default 2).
 
 import glob
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,11 +23,35 @@ import sys
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Keep setuptools' scratch files out of the developers' build/ directory.
 BUILD_BASE = os.path.join(HERE, "build-pip")
 os.makedirs(BUILD_BASE, exist_ok=True)
+
+
+def read_version():
+    """The version's one source: the three numbers in version.h."""
+    with open(os.path.join(HERE, "horovodlite", "include", "horovodlite", "version.h")) as f:
+        text = f.read()
+    parts = [re.search(r"^#define HVL_VERSION_%s (\d+)$" % p, text, re.M) for p in ("MAJOR", "MINOR", "PATCH")]
+    if not all(parts):
+        raise RuntimeError("version.h has no HVL_VERSION_MAJOR/MINOR/PATCH lines")
+    return ".".join(m.group(1) for m in parts)
+
+
+VERSION = read_version()
+
+
+class BuildPy(build_py):
+    """Also writes horovodlite/_version.py (horovodlite.__version__)."""
+
+    def run(self):
+        super().run()
+        target = os.path.join(self.build_lib, "horovodlite", "_version.py")
+        with open(target, "w") as f:
+            f.write('__version__ = "%s"\n' % VERSION)
 
 
 class CMakeExtension(Extension):
@@ -65,12 +94,12 @@ class CMakeBuild(build_ext):
 
 setup(
     name="horovodlite",
-    version="0.1.0",
+    version=VERSION,
     description="Horovod-style collective communication for PyTorch, on MPI",
     packages=find_packages(where="python"),
     package_dir={"": "python"},
     ext_modules=[CMakeExtension("horovodlite.torch._C")],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
     entry_points={"console_scripts": ["horovodlite-run = horovodlite.run:main"]},
     python_requires=">=3.8",
     zip_safe=False,

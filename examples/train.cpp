@@ -237,7 +237,7 @@ int run(int argc, char** argv) {
   // Horovod's convention: the learning rate grows with the number of ranks.
   for (auto& group : base->param_groups()) group.options().set_lr(group.options().get_lr() * size);
   hvd::DistributedOptimizerOptions dopts;
-  dopts.compression = f.fp16 ? hvd::Compression::kFP16 : hvd::Compression::kNone;
+  dopts.compression = f.fp16 ? hvd::Compression::kFp16 : hvd::Compression::kNone;
   dopts.backward_passes_per_step = f.accumulation_steps;
   hvd::DistributedOptimizer opt(base, model->named_parameters(), dopts);
 

@@ -6,10 +6,11 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "cuda/device_ops.h"
+#include "algorithms.h"
 #include "horovodlite/horovodlite.h"
 #include "job_failure.h"
 #include "logging.h"
+#include "op_util.h"
 #include "runtime.h"
 
 namespace horovodlite {
@@ -223,20 +224,29 @@ int64_t reducescatter_rows(int64_t dim0, int world_size, int rank) {
   return dim0 / world_size + (rank < dim0 % world_size ? 1 : 0);
 }
 
+Status check_allreduce_output(const std::string& name, const TensorView& input, const TensorView& output) {
+  if (output.dtype != input.dtype || output.num_elements() != input.num_elements()) {
+    return Status::InvalidArgument("output of allreduce '" + name + "' must have the input's dtype and size (" +
+                                   dtype_name(input.dtype) + " " + shape_string(input.shape) + "), not " +
+                                   dtype_name(output.dtype) + " " + shape_string(output.shape));
+  }
+  if (output.device != input.device) {
+    return Status::InvalidArgument("output of allreduce '" + name + "' must be on the input's device");
+  }
+  if (overlap_partially(input.data, output.data, input.byte_size())) {
+    return Status::InvalidArgument("output of allreduce '" + name +
+                                   "' overlaps its input without being the same buffer (in place)");
+  }
+  return Status::OK();
+}
+
 HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, const TensorView& output,
                           const AllreduceOptions& options, ReadyEventPtr ready) {
   const std::string name = auto_name(name_in, "allreduce");
   Status s = check_tensor(name, input, "input");
   if (s.ok()) s = check_tensor(name, output, "output");
   if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
-  if (s.ok() && (output.dtype != input.dtype || output.num_elements() != input.num_elements())) {
-    s = Status::InvalidArgument("output of allreduce '" + name + "' must have the input's dtype and size (" +
-                                dtype_name(input.dtype) + " " + shape_string(input.shape) + "), not " +
-                                dtype_name(output.dtype) + " " + shape_string(output.shape));
-  }
-  if (s.ok() && output.device != input.device) {
-    s = Status::InvalidArgument("output of allreduce '" + name + "' must be on the input's device");
-  }
+  if (s.ok()) s = check_allreduce_output(name, input, output);
   if (!s.ok()) return failed(name, s);
   auto e = make_entry(OpType::kAllreduce, name, input, std::move(ready));
   e->output = output;

@@ -119,6 +119,8 @@ Status Config::from_env(Config* out) {
   HVL_RETURN_IF_ERROR(read_double("STALL_CHECK_TIME_SECONDS", 0.001, 1e7, &c.stall_check_time_s));
   HVL_RETURN_IF_ERROR(read_double("STALL_SHUTDOWN_TIME_SECONDS", 0.0, 1e7, &c.stall_shutdown_time_s));
   read_string("TIMELINE", &c.timeline_path);
+  // Horovod's HOROVOD_TIMELINE=DYNAMIC: no timeline from init(); start_timeline() later.
+  if (c.timeline_path == "DYNAMIC") c.timeline_path.clear();
   HVL_RETURN_IF_ERROR(read_bool("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
   HVL_RETURN_IF_ERROR(read_double("PEER_TIMEOUT_SECONDS", 0.0, 1e7, &c.peer_timeout_s));
   HVL_RETURN_IF_ERROR(read_bool("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce));

@@ -186,7 +186,8 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
     std::ostringstream os;
     for (int r = 0, n = 0; r < size_; ++r)
       if (joined_[r]) os << (n++ ? ", " : "") << r;
-    err.error_code = StatusCode::kInvalidArgument;
+    // Like every negotiated error (Horovod: a precondition error, HorovodInternalError in Python).
+    err.error_code = StatusCode::kMismatch;
     err.error_message = std::string(op_type_name(q0.type)) + " of tensor '" + name +
                         "' is not supported while ranks have joined (joined ranks: " + os.str() +
                         "); only allreduce and barrier are";

@@ -41,9 +41,15 @@ Status mpi_status(int rc, const char* call) {
   return Status::Internal(std::string(call) + " failed: " + std::string(msg, len));
 }
 
+Status mpi_call_status(int rc, const char* call_text) {
+  if (rc == MPI_SUCCESS) return Status::OK();
+  const std::string text(call_text);
+  return mpi_status(rc, text.substr(0, text.find('(')).c_str());
+}
+
 Status agree_across_ranks(MPI_Comm comm, const Status& local, const std::string& name, const char* elsewhere) {
   int ok = local.ok() ? 1 : 0;
-  HVL_RETURN_IF_ERROR(mpi_status(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, comm), "MPI_Allreduce"));
+  HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, comm));
   if (!local.ok()) return local;
   if (!ok) return Status::Aborted("collective on '" + name + "' failed on another rank (" + elsewhere + ")");
   return Status::OK();
@@ -54,8 +60,7 @@ Status mpi_wait(MPI_Request* request, const char* what, int max_sleep_us) {
   int attempts = 0;
   int sleep_us = 2;
   while (true) {
-    int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_status(rc, what);
+    HVL_MPI_CHECK_AS(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
     if (done) return Status::OK();
     ++attempts;
     if (attempts < 32) continue;  // a few microseconds: the peer is usually close behind
@@ -76,8 +81,7 @@ Status MpiContext::init(const MPI_Comm* user_comm) {
   if (finalized) return Status::Precondition("MPI has already been finalized; horovodlite cannot start");
   if (!initialized) {
     int provided = MPI_THREAD_SINGLE;
-    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
-    HVL_RETURN_IF_ERROR(mpi_status(rc, "MPI_Init_thread"));
+    HVL_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     std::call_once(g_finalize_once, [] { std::atexit(finalize_at_exit); });
   }
   MPI_Query_thread(&thread_level_);
@@ -90,19 +94,18 @@ Status MpiContext::init(const MPI_Comm* user_comm) {
   }
 
   MPI_Comm base = user_comm ? *user_comm : MPI_COMM_WORLD;
-  HVL_RETURN_IF_ERROR(mpi_status(MPI_Comm_dup(base, &comm_), "MPI_Comm_dup"));
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
+  HVL_MPI_CHECK(MPI_Comm_dup(base, &comm_));
+  HVL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  HVL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   // Errors come back as codes, which become Status values, instead of aborting.
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
 
-  HVL_RETURN_IF_ERROR(mpi_status(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_),
-                                 "MPI_Comm_split_type"));
-  MPI_Comm_rank(local_comm_, &local_rank_);
-  MPI_Comm_size(local_comm_, &local_size_);
-  HVL_RETURN_IF_ERROR(mpi_status(MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_), "MPI_Comm_split"));
-  MPI_Comm_rank(cross_comm_, &cross_rank_);
-  MPI_Comm_size(cross_comm_, &cross_size_);
+  HVL_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_));
+  HVL_MPI_CHECK(MPI_Comm_rank(local_comm_, &local_rank_));
+  HVL_MPI_CHECK(MPI_Comm_size(local_comm_, &local_size_));
+  HVL_MPI_CHECK(MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_));
+  HVL_MPI_CHECK(MPI_Comm_rank(cross_comm_, &cross_rank_));
+  HVL_MPI_CHECK(MPI_Comm_size(cross_comm_, &cross_size_));
 
   MPI_Type_contiguous(2, MPI_BYTE, &half_type_);
   MPI_Type_commit(&half_type_);

@@ -12,6 +12,14 @@
 
 namespace horovodlite {
 
+// A communicator with this process's rank and size in it: what a Controller
+// negotiates on (the global one now; each process set will bring its own).
+struct Communicator {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+};
+
 class MpiContext {
  public:
   MpiContext() = default;
@@ -24,6 +32,7 @@ class MpiContext {
   void release();
 
   MPI_Comm comm() const { return comm_; }
+  Communicator global() const { return Communicator{comm_, rank_, size_}; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
@@ -55,8 +64,11 @@ class MpiContext {
 // yields, then sleeps with a growing back-off (capped at max_sleep_us).
 Status mpi_wait(MPI_Request* request, const char* what, int max_sleep_us = 200);
 
-// MPI error code -> Status naming the call.
+// MPI error code -> Status (kInternal) naming the call; OK for MPI_SUCCESS.
 Status mpi_status(int rc, const char* call);
+// The same for the text of a call expression: names the function only
+// ("MPI_Isend(buf, n, ...)" -> "MPI_Isend").
+Status mpi_call_status(int rc, const char* call_text);
 
 // For a collective whose preparation can fail on some ranks only (output
 // allocation, size limits, device setup): every rank learns of a failure before
@@ -66,3 +78,15 @@ Status mpi_status(int rc, const char* call);
 Status agree_across_ranks(MPI_Comm comm, const Status& local, const std::string& name, const char* elsewhere);
 
 }  // namespace horovodlite
+
+// The one MPI error idiom (as NCCL's NCCLCHECK): evaluates an MPI call and, if it
+// fails, returns a Status naming the call from the enclosing function.
+//   HVL_MPI_CHECK(MPI_Bcast(...));                    // "MPI_Bcast failed: <MPI's message>"
+//   HVL_MPI_CHECK_AS(MPI_Allreduce(...), "MPI_Allreduce (across nodes)");
+// CUDA and NCCL calls have the same pair in cuda/cuda_status.h.
+#define HVL_MPI_CHECK(call)                                                                  \
+  do {                                                                                       \
+    const int hvl_mpi_rc_ = (call);                                                          \
+    if (hvl_mpi_rc_ != MPI_SUCCESS) return ::horovodlite::mpi_call_status(hvl_mpi_rc_, #call); \
+  } while (0)
+#define HVL_MPI_CHECK_AS(call, what) HVL_RETURN_IF_ERROR(::horovodlite::mpi_status((call), (what)))

@@ -30,6 +30,10 @@ inline bool overlap_partially(const void* a, const void* b, int64_t bytes) {
   return x != y && x < y + n && y < x + n;
 }
 
+// `p` advanced by `bytes`.
+inline void* byte_offset(void* p, int64_t bytes) { return static_cast<char*>(p) + bytes; }
+inline const void* byte_offset(const void* p, int64_t bytes) { return static_cast<const char*>(p) + bytes; }
+
 // Average is a Sum followed by a postscale of 1/size.
 inline double effective_postscale(const Response& r, int size) {
   return r.reduce_op == ReduceOp::kAverage ? r.postscale / size : r.postscale;

@@ -1,6 +1,7 @@
-// The runtime: owns the background thread, the queue of new requests, the table
-// of ops in flight, the coordinator (rank 0), the response cache and the executor.
-// The single global handle to it lives in api.cc.
+// The runtime: owns the background thread and its lifecycle, the queue of new
+// requests, the table of ops in flight, the controller (negotiation over the
+// global communicator) and the executor. The single global handle to it lives in
+// api.cc.
 #pragma once
 
 #include <atomic>
@@ -12,15 +13,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "coordinator.h"
+#include "controller.h"
 #include "entry.h"
 #include "execution_observer.h"
 #include "executor.h"
 #include "horovodlite/config.h"
 #include "horovodlite/horovodlite.h"
 #include "mpi_context.h"
-#include "response_cache.h"
-#include "stall_inspector.h"
 #include "timeline.h"
 #include "watchdog.h"
 
@@ -61,12 +60,10 @@ class Runtime {
   void loop();
   // One negotiation cycle; false once the runtime has shut down.
   bool cycle();
-  Status negotiate(std::vector<Response>* out);
   void run(const Response& response, std::chrono::steady_clock::time_point ready);
-  void cache_negotiated(const std::vector<Response>& negotiated);
   void abort_all(const Status& status);
-  // Rank 0: warns about stalled names; queues errors for names past the shutdown time.
-  void inspect_stalls(std::chrono::steady_clock::time_point now);
+  // The controller's view of this rank's ops in flight (see Controller::LocalLookup).
+  bool find_local(const std::string& name, Request* request, std::chrono::steady_clock::time_point* enqueued);
   // The message ops in flight complete with when the job shuts down.
   std::string shutdown_message(const std::vector<int>& requesters, const std::vector<int>& exiting) const;
   // The watchdog fired: a peer died or hung. Fails every op and aborts the job.
@@ -87,8 +84,6 @@ class Runtime {
 
   Config config_;
   MpiContext mpi_;
-  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
-  ResponseCache cache_;
   std::unique_ptr<Executor> executor_;
 
   std::mutex mu_;
@@ -102,26 +97,13 @@ class Runtime {
 
   Timeline timeline_;  // internally synchronised (start/stop from any thread)
   TimelineObserver observer_{timeline_};
-  std::unique_ptr<StallInspector> stall_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<Controller> controller_;  // background thread only
 
-  // Background thread only.
-  struct Waiting {
-    Request request;
-    std::chrono::steady_clock::time_point since;  // when this rank's thread first saw it
-  };
-  std::vector<Waiting> pending_cached_;
-  std::vector<Response> stall_failures_;  // rank 0: errors to send with the next negotiation
-  bool stall_shutdown_ = false;           // rank 0: stall errors go out, then shut down
-  std::string stall_reason_;              // why a stall shutdown happens (every rank)
-  std::vector<Request> uncached_;
-  bool joined_ = false;
-  std::string send_buf_, recv_buf_;
-  std::vector<uint64_t> bits_;
+  std::string stall_reason_;  // background thread: why a stall shutdown happens (every rank)
 
   struct Counters {
-    std::atomic<uint64_t> cycles{0}, negotiations{0}, cache_hits{0}, tensors_negotiated{0}, responses_executed{0},
-        fused_tensors{0}, errors{0};
+    std::atomic<uint64_t> cycles{0}, responses_executed{0}, fused_tensors{0}, errors{0};
   } counters_;
   std::thread thread_;
 };

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -162,6 +163,12 @@ int Timeline::pid_for(const std::string& name) {
 void Timeline::push(std::string line) {
   queue_.push_back(std::move(line));
   cv_.notify_one();
+}
+
+std::string Timeline::upper(const char* s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
 }
 
 void Timeline::negotiate_start(const std::string& name, const char* op, Clock::time_point t) {

@@ -56,6 +56,9 @@ class Timeline {
   // An instant CYCLE_START mark on the "horovodlite" row.
   void cycle_start(Clock::time_point t);
 
+  // "allreduce" -> "ALLREDUCE": how op names appear in phase names.
+  static std::string upper(const char* s);
+
   // JSON string escaping (exposed for tests).
   static std::string escape(const std::string& s);
 

@@ -1,11 +1,17 @@
-"""horovodlite-run: launch a horovodlite job through mpirun.
+"""horovodlite-run: launch a horovodlite job through mpirun, with horovodrun's flags.
 
     horovodlite-run -np 4 python3 train.py --epochs 3
     horovodlite-run -np 8 -H host1:4,host2:4 --fusion-threshold-mb 32 ./train
+    horovodlite-run -np 8 --hostfile hosts.txt -p 2222 --network-interface eth0 python3 train.py
+    horovodlite-run --check-build
     python3 -m horovodlite.run -np 2 python3 script.py
 
-Options map to HOROVODLITE_* variables that mpirun exports to every rank; the
-job's exit code is forwarded (128 + N when mpirun dies of signal N).
+Flags have horovodrun 0.28's names and meanings; each becomes a HOROVODLITE_*
+variable that mpirun exports to every rank, or an mpirun argument (the table is
+in docs/python.md). horovodrun flags that horovodlite cannot honour, and unknown
+flags, are errors. Before starting ranks on other hosts, each one is checked
+(through the launch agent: ssh by default) within --start-timeout. The job's
+exit code is forwarded (128 + N when mpirun dies of signal N).
 """
 
 import argparse
@@ -14,6 +20,62 @@ import shlex
 import shutil
 import subprocess
 import sys
+
+from horovodlite import __version__
+from horovodlite.runner import hosts as hosts_util
+from horovodlite.runner import reachability
+from horovodlite.runner.testbed import Testbed, TestbedError
+
+LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
+DEFAULT_START_TIMEOUT_S = 30
+
+# horovodrun flags that horovodlite-run recognises but cannot honour: a clear
+# error instead of "unrecognized arguments" (or, worse, silence).
+_UNSUPPORTED = {
+    "--autotune": "horovodlite has no autotuner yet; set --fusion-threshold-mb and --cycle-time-ms by hand",
+    "--autotune-log-file": "horovodlite has no autotuner yet",
+    "--autotune-warmup-samples": "horovodlite has no autotuner yet",
+    "--autotune-steps-per-sample": "horovodlite has no autotuner yet",
+    "--autotune-bayes-opt-max-samples": "horovodlite has no autotuner yet",
+    "--autotune-gaussian-process-noise": "horovodlite has no autotuner yet",
+    "--gloo": "horovodlite runs on MPI only",
+    "--jsrun": "horovodlite launches with mpirun only",
+    "--min-np": "elastic training is not supported",
+    "--min-num-proc": "elastic training is not supported",
+    "--max-np": "elastic training is not supported",
+    "--max-num-proc": "elastic training is not supported",
+    "--slots-per-host": "elastic training is not supported",
+    "--elastic-timeout": "elastic training is not supported",
+    "--reset-limit": "elastic training is not supported",
+    "--blacklist-cooldown-range": "elastic training is not supported",
+    "--host-discovery-script": "elastic training is not supported",
+    "--hierarchical-allgather": "horovodlite has no hierarchical allgather",
+    "--config-file": "give the settings as flags or HOROVODLITE_* variables",
+    "--mpi-threads-disable": "horovodlite always asks MPI for MPI_THREAD_MULTIPLE",
+    "--num-nccl-streams": "horovodlite uses one NCCL stream",
+    "--thread-affinity": "horovodlite does not pin its background thread",
+    "--gloo-timeout-seconds": "horovodlite runs on MPI only",
+}
+
+
+class _Unsupported(argparse.Action):
+    def __init__(self, option_strings, dest, nargs=None, **kwargs):
+        super().__init__(option_strings, dest, nargs=nargs, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error("horovodrun's %s is not supported: %s" % (option_string, _UNSUPPORTED[option_string]))
+
+
+class _CheckBuild(argparse.Action):
+    """-cb makes -np optional (as in horovodrun)."""
+
+    def __init__(self, option_strings, dest, np_action=None, **kwargs):
+        self.np_action = np_action
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.np_action.required = False
+        namespace.check_build = True
 
 
 def _positive_int(text):
@@ -37,32 +99,100 @@ def _non_negative_int(text):
     return value
 
 
+def _port(text):
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be a port number (1-65535), got %s" % text)
+    return value
+
+
+def _log_level(text):
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError("must be one of %s, got %s" % (", ".join(LOG_LEVELS), text))
+    return text.upper()
+
+
 def make_parser():
     parser = argparse.ArgumentParser(
-        prog="horovodlite-run",
-        description="Run a horovodlite program on N processes with mpirun.")
-    parser.add_argument("-np", "--num-proc", dest="np", type=_positive_int, required=True,
-                        help="number of processes")
-    parser.add_argument("-H", "--hosts", dest="hosts", default=None,
-                        help="host:slots,... (default: this machine)")
-    parser.add_argument("--fusion-threshold-mb", type=_non_negative_float, default=None,
-                        help="largest fused allreduce batch in MiB (0 disables fusion)")
-    parser.add_argument("--cycle-time-ms", type=_non_negative_float, default=None,
-                        help="longest wait of the background thread between cycles, in ms")
-    parser.add_argument("--cache-capacity", type=_non_negative_int, default=None,
-                        help="response cache entries (0 disables the cache)")
-    parser.add_argument("--timeline-filename", default=None,
-                        help="write a Chrome-tracing timeline to this file")
-    parser.add_argument("--verbose", action="store_true", help="debug logging; print the mpirun command")
+        prog="horovodlite-run", allow_abbrev=False,
+        description="Run a horovodlite program on N processes with mpirun; horovodrun's flags.")
+    parser.add_argument("-v", "--version", action="version", version=__version__, help="print the version")
+    np_action = parser.add_argument("-np", "--num-proc", dest="np", type=_positive_int, required=True,
+                                    help="number of processes")
+    parser.add_argument("-cb", "--check-build", dest="check_build", action=_CheckBuild, np_action=np_action,
+                        default=False, help="print what this build of horovodlite has, and exit")
+    parser.add_argument("--start-timeout", type=_positive_int, default=None,
+                        help="seconds within which every host must answer before the job starts "
+                             "(default: $HOROVOD_START_TIMEOUT or %d)" % DEFAULT_START_TIMEOUT_S)
+    parser.add_argument("--network-interface", "--network-interfaces", dest="nics", action="append", default=None,
+                        help="network interface(s) (comma-separated, or the flag repeated) for MPI's TCP "
+                             "traffic: btl_tcp_if_include and oob_tcp_if_include")
+    parser.add_argument("--output-filename", default=None,
+                        help="mpirun --output-filename: each rank's output under this directory")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print the mpirun command and the host checks; debug logging unless --log-level")
     parser.add_argument("--mpirun", default=os.environ.get("HOROVODLITE_MPIRUN", "mpirun"),
                         help="the mpirun to use (default: $HOROVODLITE_MPIRUN or mpirun)")
-    parser.add_argument("--mpi-args", default="", help="extra arguments for mpirun, as one string")
+    parser.add_argument("--mpi", action="store_true", help="accepted: MPI is horovodlite's only controller")
+
+    ssh = parser.add_argument_group("SSH arguments")
+    ssh.add_argument("-p", "--ssh-port", type=_port, default=None, help="SSH port on all the hosts")
+    ssh.add_argument("-i", "--ssh-identity-file", default=None,
+                     help="file from which the identity (private key) is read")
+
+    params = parser.add_argument_group("tuneable parameter arguments")
+    params.add_argument("--fusion-threshold-mb", type=_non_negative_float, default=None,
+                        help="largest fused allreduce batch in MiB (0 disables fusion)")
+    params.add_argument("--cycle-time-ms", type=_non_negative_float, default=None,
+                        help="longest wait of the background thread between cycles, in ms")
+    params.add_argument("--cache-capacity", type=_non_negative_int, default=None,
+                        help="response cache entries (0 disables the cache)")
+    hier = params.add_mutually_exclusive_group()
+    hier.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce", action="store_const", const=True,
+                      default=None, help="allreduce inside each host, then across hosts, then inside again")
+    hier.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce", action="store_const",
+                      const=False, help="never use the hierarchical allreduce")
+
+    timeline = parser.add_argument_group("timeline arguments")
+    timeline.add_argument("--timeline-filename", default=None, help="write a Chrome-tracing timeline to this file")
+    timeline.add_argument("--timeline-mark-cycles", action="store_true", default=None,
+                          help="mark the background thread's cycles on the timeline")
+
+    stall = parser.add_argument_group("stall check arguments")
+    stall.add_argument("--no-stall-check", action="store_true", default=None, help="disable the stall check")
+    stall.add_argument("--stall-check-warning-time-seconds", type=_non_negative_float, default=None,
+                       help="seconds until a stall warning is logged (default 60)")
+    stall.add_argument("--stall-check-shutdown-time-seconds", type=_non_negative_float, default=None,
+                       help="seconds until stalled tensors fail and horovodlite shuts down (default 0: never)")
+
+    library = parser.add_argument_group("library arguments")
+    library.add_argument("--mpi-args", default="",
+                         help='extra mpirun arguments, as one string: --mpi-args="--map-by ppr:2:node"')
+
+    logging = parser.add_argument_group("logging arguments")
+    logging.add_argument("--log-level", type=_log_level, default=None,
+                         help="minimum level logged to stderr: %s (default WARNING)" % ", ".join(LOG_LEVELS))
+
+    host_group = parser.add_argument_group("host arguments").add_mutually_exclusive_group()
+    host_group.add_argument("-H", "--hosts", dest="hosts", default=None,
+                            help="<hostname>:<slots>,... (default: this machine)")
+    host_group.add_argument("-hostfile", "--hostfile", dest="hostfile", default=None,
+                            help="a file of '<hostname> slots=<slots>' lines")
+    parser.add_argument("--hosts-netns", metavar="TESTBED", default=None,
+                        help="run on the simulated hosts of ci/hosts.sh's testbed TESTBED (network namespaces; root)")
+
+    unsupported = parser.add_argument_group("horovodrun arguments that are errors here")
+    for flag in sorted(_UNSUPPORTED):
+        nargs = 0 if flag in ("--autotune", "--gloo", "--jsrun", "--hierarchical-allgather",
+                              "--mpi-threads-disable") else "?"
+        unsupported.add_argument(flag, action=_Unsupported, nargs=nargs, help=argparse.SUPPRESS)
+
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
     return parser
 
 
 def job_environment(args):
-    """The HOROVODLITE_* variables the options ask for."""
+    """The HOROVODLITE_* variables (and NCCL's) the flags ask for."""
     env = {}
     if args.fusion_threshold_mb is not None:
         env["HOROVODLITE_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
@@ -70,22 +200,84 @@ def job_environment(args):
         env["HOROVODLITE_CYCLE_TIME"] = repr(args.cycle_time_ms)
     if args.cache_capacity is not None:
         env["HOROVODLITE_CACHE_CAPACITY"] = str(args.cache_capacity)
+    if args.hierarchical_allreduce is not None:
+        env["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = "1" if args.hierarchical_allreduce else "0"
     if args.timeline_filename:
         env["HOROVODLITE_TIMELINE"] = os.path.abspath(args.timeline_filename)
-    if args.verbose:
+    if args.timeline_mark_cycles:
+        env["HOROVODLITE_TIMELINE_MARK_CYCLES"] = "1"
+    if args.no_stall_check:
+        env["HOROVODLITE_STALL_CHECK_DISABLE"] = "1"
+    if args.stall_check_warning_time_seconds is not None:
+        env["HOROVODLITE_STALL_CHECK_TIME_SECONDS"] = repr(args.stall_check_warning_time_seconds)
+    if args.stall_check_shutdown_time_seconds is not None:
+        env["HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS"] = repr(args.stall_check_shutdown_time_seconds)
+    if args.log_level:
+        env["HOROVODLITE_LOG_LEVEL"] = args.log_level.lower()
+    elif args.verbose:
         env["HOROVODLITE_LOG_LEVEL"] = "debug"
+    nics = interfaces(args)
+    if nics:
+        env["NCCL_SOCKET_IFNAME"] = nics
     return env
 
 
-def mpirun_command(args, job_env):
-    cmd = [args.mpirun, "-np", str(args.np)]
-    if args.hosts:
-        cmd += ["-H", args.hosts]
+def interfaces(args):
+    """--network-interface values, comma-joined ("" when none)."""
+    names = []
+    for value in args.nics or []:
+        names += [n.strip() for n in value.split(",") if n.strip()]
+    return ",".join(names)
+
+
+def host_list(args):
+    """[(host, slots)] from -H or --hostfile; None for this machine only."""
+    if args.hostfile:
+        hosts = hosts_util.parse_hostfile(args.hostfile)
+    elif args.hosts:
+        hosts = hosts_util.parse_hosts(args.hosts)
+    else:
+        return None
+    hosts_util.check_duplicates(hosts)
+    return hosts
+
+
+def ssh_args(args):
+    """What horovodrun hands to ssh, through Open MPI's plm_rsh_args."""
+    out = []
+    if args.ssh_port:
+        out += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        out += ["-i", args.ssh_identity_file]
+    return out
+
+
+def mpirun_base(args, np, testbed=None):
+    """mpirun -np `np` and the arguments every job gets."""
+    cmd = (testbed.mpirun_prefix() if testbed else []) + [args.mpirun, "-np", str(np)]
     # Ranks may outnumber cores (tests, small machines): no pinning, and idle
     # ranks yield the CPU instead of spinning in MPI progress loops.
     cmd += ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd += ["--allow-run-as-root"]
+    if testbed:
+        cmd += testbed.mpirun_args(interfaces_given=bool(interfaces(args)))
+    return cmd
+
+
+def mpirun_command(args, job_env, testbed=None, hosts=None):
+    cmd = mpirun_base(args, args.np, testbed)
+    if hosts is None and (args.hosts or args.hostfile):
+        hosts = host_list(args)
+    if hosts:
+        cmd += ["-H", hosts_util.format_hosts(hosts)]
+    if ssh_args(args):
+        cmd += ["--mca", "plm_rsh_args", " ".join(shlex.quote(a) for a in ssh_args(args))]
+    nics = interfaces(args)
+    if nics:
+        cmd += ["--mca", "btl_tcp_if_include", nics, "--mca", "oob_tcp_if_include", nics]
+    if args.output_filename:
+        cmd += ["--output-filename", os.path.abspath(args.output_filename)]
     for name, value in sorted(job_env.items()):
         cmd += ["-x", "%s=%s" % (name, value)]
     # Forward the caller's search paths and any HOROVODLITE_/HOROVOD_ settings
@@ -100,18 +292,83 @@ def mpirun_command(args, job_env):
     return cmd
 
 
+def start_timeout(args):
+    if args.start_timeout is not None:
+        return args.start_timeout
+    text = os.environ.get("HOROVODLITE_START_TIMEOUT", os.environ.get("HOROVOD_START_TIMEOUT"))
+    if text is None:
+        return DEFAULT_START_TIMEOUT_S
+    try:
+        value = int(text)
+        if value >= 1:
+            return value
+    except ValueError:
+        pass
+    raise ValueError("HOROVOD_START_TIMEOUT must be a whole number of seconds >= 1, got '%s'" % text)
+
+
+def check_hosts(args, hosts, testbed):
+    """Every remote host answers through the launch agent within the start
+    timeout; otherwise an error message naming the ones that did not."""
+    remote = [name for name, _ in hosts if testbed or not hosts_util.is_local(name)]
+    if not remote:
+        return None
+    timeout_s = start_timeout(args)
+    agent = reachability.launch_agent(shlex.split(args.mpi_args), testbed.agent if testbed else None)
+    if agent is None:
+        return "no launch agent to reach %s: install ssh, or name one with --mpi-args='--mca plm_rsh_agent ...'" % (
+            ", ".join(remote))
+    if args.verbose:
+        print("horovodlite-run: checking %s through %s (--start-timeout %d s)" % (
+            ", ".join(remote), agent[0], timeout_s), file=sys.stderr, flush=True)
+    failed = reachability.unreachable_hosts(remote, agent, ssh_args(args), timeout_s)
+    if not failed:
+        return None
+    lines = ["cannot reach %d of %d host(s) within --start-timeout %d s (through %s):" % (
+        len(failed), len(remote), timeout_s, os.path.basename(agent[0]))]
+    lines += ["  %s: %s" % (host, reason) for host, reason in failed]
+    return "\n".join(lines)
+
+
+def _fail(message, code=1):
+    print("horovodlite-run: error: " + message, file=sys.stderr, flush=True)
+    return code
+
+
 def main(argv=None):
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    if args.check_build:
+        from horovodlite.runner.check_build import check_build
+        if shutil.which(args.mpirun) is None:
+            parser.error("cannot find '%s' (install Open MPI or pass --mpirun)" % args.mpirun)
+        return check_build(mpirun_base(args, 1))
     if not args.command:
         parser.error("no command to run")
     if shutil.which(args.mpirun) is None:
         parser.error("cannot find '%s' (install Open MPI or pass --mpirun)" % args.mpirun)
+    try:
+        hosts = host_list(args)
+        testbed = Testbed(args.hosts_netns) if args.hosts_netns else None
+        start_timeout(args)
+    except (hosts_util.HostsError, TestbedError, ValueError) as e:
+        parser.error(str(e))
+    if testbed and not hosts:
+        parser.error("--hosts-netns %s needs -H or --hostfile with the testbed's hosts (%s)" % (
+            testbed.name, ", ".join(testbed.hosts)))
+    if hosts and sum(slots for _, slots in hosts) < args.np:
+        parser.error("-np %d is more than the %d slots of the hosts given" % (
+            args.np, sum(slots for _, slots in hosts)))
+
+    if hosts:
+        problem = check_hosts(args, hosts, testbed)
+        if problem:
+            return _fail(problem)
 
     job_env = job_environment(args)
-    cmd = mpirun_command(args, job_env)
+    cmd = mpirun_command(args, job_env, testbed, hosts)
     env = dict(os.environ)
     env.update(job_env)
     if hasattr(os, "geteuid") and os.geteuid() == 0:

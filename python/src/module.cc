@@ -4,6 +4,7 @@
 // only move tensors across, release the GIL while waiting, and turn adapter
 // exceptions into Horovod's Python exception types.
 #include <torch/csrc/utils/pybind.h>
+#include <torch/version.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "horovodlite/build_info.h"
 #include "horovodlite/horovodlite.h"
 #include "horovodlite/torch/async_handle.h"
 #include "horovodlite/torch/basics.h"
@@ -185,6 +187,14 @@ PyHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::str
                            : torch::broadcast_async(tensor, root_rank, name));
 }
 
+// init(comm=...): `comm_address` is the address of an MPI_Comm (mpi4py's
+// MPI._addressof(comm)); the core duplicates the communicator.
+void init_comm(uintptr_t comm_address) {
+  InitOptions options;
+  options.mpi_comm = reinterpret_cast<const void*>(comm_address);
+  torch::throw_if_error(horovodlite::init(options));
+}
+
 int nccl_version() {
 #ifdef HVL_NCCL_VERSION_CODE
   return HVL_NCCL_VERSION_CODE;
@@ -206,6 +216,24 @@ void stop_timeline() {
 #ifdef HVL_HAVE_TIMELINE
   torch::throw_if_error(horovodlite::stop_timeline());
 #endif
+}
+
+// What horovodlite-run --check-build prints: the core's build information plus
+// the LibTorch this module was compiled against.
+py::dict build_info() {
+  const BuildInfo info = horovodlite::build_info();
+  py::dict d;
+  d["version"] = info.version;
+  d["mpi_library"] = info.mpi_library;
+  d["mpi_version"] = std::to_string(info.mpi_version) + "." + std::to_string(info.mpi_subversion);
+  d["cuda"] = info.cuda;
+  d["cuda_runtime_version"] = info.cuda_runtime_version;
+  d["nccl_version"] = info.nccl_version;
+  d["cpu_avx2_f16c"] = info.cpu_avx2_f16c;
+  d["ring_threshold_bytes"] = info.ring_threshold_bytes;
+  d["ring_segment_bytes"] = info.ring_segment_bytes;
+  d["torch_built_against"] = TORCH_VERSION;
+  return d;
 }
 
 }  // namespace
@@ -230,6 +258,7 @@ PYBIND11_MODULE(_C, m) {
 
   // ---- lifecycle and topology (GIL released: init/shutdown talk to MPI) ----
   m.def("init", &hvt::init, py::call_guard<py::gil_scoped_release>());
+  m.def("init_comm", &init_comm, py::arg("comm_address"), py::call_guard<py::gil_scoped_release>());
   m.def("shutdown", &hvt::shutdown, py::call_guard<py::gil_scoped_release>());
   m.def("is_initialized", &hvt::is_initialized);
   m.def("rank", &hvt::rank);
@@ -254,6 +283,10 @@ PYBIND11_MODULE(_C, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("stop_timeline", &stop_timeline, py::call_guard<py::gil_scoped_release>());
   m.attr("version") = HVL_VERSION_STRING;
+  m.def("build_info", &build_info);
+  m.def("mpi_thread_level_name", []() {
+    return std::string(horovodlite::mpi_thread_level_name(horovodlite::mpi_thread_level()));
+  });
 
   // Reduce op values, as in horovod.common.basics (Average/Sum/Adasum) plus Min/Max/Product.
   m.attr("AVERAGE") = static_cast<int>(ReduceOp::kAverage);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs failure_app under mpirun with one rank failing in a given way and checks
 # that the job ends within the bound, with a non-zero exit, naming the lost rank.
-#   run_failure.sh <mpiexec> <np> <failure_app> <mode> <expected text> <bound s> [timeline_check]
+#   HVL_MPIRUN_FLAGS="..." run_failure.sh <mpiexec> <np> <failure_app> <mode> <expected text> <bound s> [timeline_check]
+# (CTest sets HVL_MPIRUN_FLAGS from tests/CMakeLists.txt.)
 # A hang fails the test through the time limit (bound + 60 s). Prints the
 # measured time from the failure (and from the error reaching a survivor, for apps
 # that print ERROR_AT) to the end of the job (the figures docs/reliability.md quotes).
@@ -14,12 +15,13 @@ if [ -n "$CHECK" ]; then
   export HOROVODLITE_TIMELINE=$TIMELINE
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+: "${HVL_MPIRUN_FLAGS:?set it to the mpirun flags (tests/CMakeLists.txt, HVL_MPIRUN_FLAGS)}"
 # mpirun in a session of its own, so that a hang (the test failing) leaves no
 # process behind: on the time limit mpirun gets SIGTERM first (it then removes its
 # session directory: a stale one can trip a later job given the same pid), then the
 # whole session is killed.
-setsid "$MPIEXEC" -np "$NP" --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-  --mca btl ^openib "$APP" "$MODE" >"$LOG" 2>&1 &
+# shellcheck disable=SC2086  # one word per flag
+setsid "$MPIEXEC" -np "$NP" $HVL_MPIRUN_FLAGS "$APP" "$MODE" >"$LOG" 2>&1 &
 PID=$!
 (for ((i = 0; i < BOUND + 60; i++)); do sleep 1; kill -0 "$PID" || exit 0; done
  kill -TERM "$PID"; sleep 10; pkill -KILL -s "$PID") >/dev/null 2>&1 &

@@ -46,6 +46,32 @@ TEST(BadInput, ShapesThatOverflowAreRejectedLocally) {
   }
 }
 
+// One rule for an allreduce's output (the adapters apply the same function):
+// another dtype, size or device, or a buffer that overlaps the input without
+// being it, is rejected on this rank before anything reaches the others; the
+// input itself (in place) and a disjoint buffer are fine.
+TEST(BadInput, AllreduceOutputRule) {
+  std::vector<double> wide(9, 1.0);
+  TensorView in{wide.data(), DataType::kFloat64, {6}};
+  TensorView shifted{wide.data() + 3, DataType::kFloat64, {6}};
+  std::vector<float> other(6);
+  TensorView wrong_dtype{other.data(), DataType::kFloat32, {6}};
+  TensorView wrong_size{wide.data() + 3, DataType::kFloat64, {5}};
+  expect_error(allreduce_async("rule.overlap", in, shifted, {ReduceOp::kSum}), StatusCode::kInvalidArgument,
+               "overlaps its input");
+  expect_error(allreduce_async("rule.dtype", in, wrong_dtype, {ReduceOp::kSum}), StatusCode::kInvalidArgument,
+               "dtype and size");
+  expect_error(allreduce_async("rule.size", in, wrong_size, {ReduceOp::kSum}), StatusCode::kInvalidArgument,
+               "dtype and size");
+  EXPECT_EQ(wide, std::vector<double>(9, 1.0)) << "a rejected allreduce wrote to its buffers";
+  EXPECT_TRUE(check_allreduce_output("rule.same", in, in).ok());
+  std::vector<double> disjoint(6);
+  EXPECT_TRUE(check_allreduce_output("rule.disjoint", in, TensorView{disjoint.data(), DataType::kFloat64, {6}}).ok());
+  TensorView elsewhere = in;
+  elsewhere.device = 0;
+  EXPECT_EQ(check_allreduce_output("rule.device", in, elsewhere).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(BadInput, BeyondIntMaxElementsPerRankIsAClearErrorWhereMpiCountsAreInts) {
   std::vector<uint8_t> small(16, 1);
   std::unique_ptr<Buffer> out;

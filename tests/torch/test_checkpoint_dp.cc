@@ -58,7 +58,7 @@ TEST_P(CheckpointDataParallel, RanksIdenticalAndEqualToOneProcess) {
   torch::nn::Sequential reference = make_mlp();  // same seed: same initial weights
   hvt::DistributedOptimizerOptions o;
   o.backward_passes_per_step = passes;
-  if (fp16) o.compression = hvt::Compression::kFP16;
+  if (fp16) o.compression = hvt::Compression::kFp16;
   hvt::DistributedOptimizer opt(make_opt(opt_kind, model->parameters()), model->named_parameters(), o);
   auto ref_opt = make_opt(opt_kind, reference->parameters());
 

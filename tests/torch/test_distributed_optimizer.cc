@@ -145,7 +145,7 @@ TEST(DistributedOptimizer, BackwardPassesPerStep) {
 
 TEST(DistributedOptimizer, Fp16CompressionIsCloseAndRestoresDtype) {
   DistributedOptimizerOptions o;
-  o.compression = hvt::Compression::kFP16;
+  o.compression = hvt::Compression::kFp16;
   compare_with_single_process(sgd_momentum(), o, {}, 2, 5e-3, "fp16");
   // Gradients come back as float64, and differ from the exact ones only by fp16 rounding.
   Net net = make_net();

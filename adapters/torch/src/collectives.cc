@@ -1,6 +1,8 @@
 #include "horovodlite/torch/collectives.h"
 
 
+#include <ATen/core/grad_mode.h>
+
 #include <memory>
 #include <utility>
 
@@ -164,24 +166,13 @@ AsyncHandle allreduce_async(const at::Tensor& input, const at::Tensor& output, c
                             const AllreduceOptions& options) {
   check_tensor(input, "allreduce");
   check_tensor(output, "allreduce (output)");
-  check_argument(output.scalar_type() == input.scalar_type(),
-                 "allreduce: output dtype " + std::string(c10::toString(output.scalar_type())) +
-                     " differs from the input's " + c10::toString(input.scalar_type()));
-  check_argument(output.numel() == input.numel(), "allreduce: output has " + std::to_string(output.numel()) +
-                                                      " elements, the input " + std::to_string(input.numel()));
-  check_argument(output.device() == input.device(), "allreduce: output is on " + output.device().str() +
-                                                        ", the input on " + input.device().str());
   check_argument(output.is_contiguous(), "allreduce: output must be contiguous");
   at::Tensor in = contiguous_input(input);
+  // The core's rule (dtype, size, device, no partial overlap), checked before the view below.
+  throw_if_error(horovodlite::check_allreduce_output(name, make_view(in), make_view(output)));
   // The core's output takes the input's shape (same numel, contiguous).
   at::Tensor out = output.view(in.sizes());
   const bool same = in.numel() == 0 || in.data_ptr() == out.data_ptr();
-  if (!same && in.numel() > 0) {
-    const auto* a = static_cast<const char*>(in.data_ptr());
-    const auto* b = static_cast<const char*>(out.data_ptr());
-    const int64_t bytes = in.numel() * static_cast<int64_t>(in.element_size());
-    check_argument(a + bytes <= b || b + bytes <= a, "allreduce: output overlaps the input");
-  }
   TensorView out_view = make_view(out);
   HandlePtr handle = horovodlite::allreduce_async(name, same ? out_view : make_view(in), out_view, options,
                                                   ready_event(in));

@@ -138,7 +138,7 @@ void DistributedOptimizer::start_allreduce(Param& p) {
   // fp16 compression happens inside the core: float32/float64 gradients are
   // converted while being packed into the fusion buffer and restored on the way
   // out, with no extra tensor per gradient.
-  if (options_.compression == Compression::kFP16) ar.compression = horovodlite::Compression::kFp16;
+  ar.compression = options_.compression;
   p.handle = allreduce_async_(grad, p.name, ar);
 }
 

@@ -86,9 +86,16 @@ struct AllreduceOptions {
   Compression compression = Compression::kNone;
 };
 
-// output may equal input (in place). Average divides the sum by size().
+// output may equal input (in place); otherwise it must not overlap the input.
+// Average divides the sum by size().
 HandlePtr allreduce_async(const std::string& name, const TensorView& input, const TensorView& output,
                           const AllreduceOptions& options = {}, ReadyEventPtr ready = nullptr);
+
+// The rule for an allreduce's output, which allreduce_async checks: the input's
+// dtype, element count and device, and either the input's own buffer (in place)
+// or one that does not overlap it. Adapters call it too, to reject a bad output
+// before anything is converted; InvalidArgument naming the tensor otherwise.
+Status check_allreduce_output(const std::string& name, const TensorView& input, const TensorView& output);
 
 // Concatenates every rank's input along dim 0 (dim 0 may differ; other dims must
 // match). A 0-d input is gathered as shape [1].

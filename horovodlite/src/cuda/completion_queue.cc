@@ -10,8 +10,8 @@ namespace cuda {
 
 Status CudaEvent::record(cudaStream_t stream, std::shared_ptr<CudaEvent>* out) {
   std::shared_ptr<CudaEvent> e(new CudaEvent());
-  HVL_CUDA_RETURN(cudaEventCreateWithFlags(&e->event_, cudaEventDisableTiming));
-  HVL_CUDA_RETURN(cudaEventRecord(e->event_, stream));
+  HVL_CUDA_CHECK(cudaEventCreateWithFlags(&e->event_, cudaEventDisableTiming));
+  HVL_CUDA_CHECK(cudaEventRecord(e->event_, stream));
   *out = std::move(e);
   return Status::OK();
 }

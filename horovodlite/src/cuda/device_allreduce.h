@@ -1,27 +1,34 @@
-// In-place allreduce of a device buffer: the interface of every device algorithm
-// (flat NCCL, hierarchical NCCL + MPI, host-staged MPI), chosen per message from
-// an ordered list like HostAllreduce (ops/registry.cc builds the list).
+// Allreduce of device tensors: the base of every device allreduce algorithm
+// (flat NCCL, hierarchical NCCL + MPI, host-staged). enqueue() is shared: a single
+// tensor is reduced in its output; fused tensors are packed into the device
+// fusion buffer with batched scaling (or fp16-casting) kernels, reduced and
+// unpacked. An algorithm implements only the buffer-level reduce().
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/device_context.h"
-#include "horovodlite/common.h"
 
 namespace horovodlite {
 namespace cuda {
 
-class DeviceAllreduce {
+class DeviceAllreduce : public DeviceAlgorithm {
  public:
-  virtual ~DeviceAllreduce() = default;
-  // The timeline's name for the collective.
-  virtual const char* name() const = 0;
-  virtual bool enabled(const DeviceContext& ctx, DataType dtype, ReduceOp op, int64_t bytes) const = 0;
-  // run() needs `count` to be a multiple of this (the caller pads the fusion buffer).
+  using DeviceAlgorithm::DeviceAlgorithm;
+
+  // Asks accepts() with the dtype and bytes that travel (fp16 with compression).
+  bool enabled(const Response& response) const final;
+
+  // ---- what an algorithm implements ----
+  virtual bool accepts(DataType dtype, ReduceOp op, int64_t bytes) const = 0;
+  // reduce() needs `count` to be a multiple of this (the fusion buffer is padded).
   virtual int64_t granularity() const { return 1; }
-  // Enqueues the allreduce of `count` elements at `buffer` (device memory) on
-  // ctx.stream. Average arrives as Sum (the caller scales).
-  virtual Status run(DeviceContext& ctx, void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+  // Enqueues the in-place allreduce of `count` elements at `buffer` (device
+  // memory) on ctx().stream(). Average arrives as Sum (the caller scales).
+  virtual Status reduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+
+ protected:
+  Status enqueue(const OpArgs& args) final;
 };
 
 }  // namespace cuda

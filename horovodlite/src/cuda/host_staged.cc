@@ -1,20 +1,80 @@
 #include "cuda/host_staged.h"
 
+#include <algorithm>
+
 #include "cuda/cuda_status.h"
 
 namespace horovodlite {
 namespace cuda {
 
-Status HostStagedAllreduce::run(DeviceContext& ctx, void* buffer, int64_t count, DataType dtype, ReduceOp op) {
-  if (count == 0) return host_(nullptr, 0, dtype, op);
-  const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+Status HostStaged::enqueue(const OpArgs& args) {
+  const Response& r = args.response;
+  const std::vector<TensorEntry*>& entries = args.entries;
+  const size_t elem = dtype_size(r.dtype);
+  cudaStream_t stream = ctx().stream();
+  // 1. Inputs to pinned memory (one buffer, each at an aligned offset).
+  std::vector<size_t> offsets(entries.size());
+  size_t total = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    offsets[i] = total;
+    if (entries[i] != nullptr) total += (entries[i]->input.byte_size() + 63) / 64 * 64;
+  }
   cudaError_t err;
-  void* host = stage_.get(bytes, &err);
-  if (host == nullptr) return cuda_status(err, "cudaMallocHost (host-staged allreduce)");
-  HVL_CUDA_RETURN(cudaMemcpyAsync(host, buffer, bytes, cudaMemcpyDeviceToHost, ctx.stream));
-  HVL_CUDA_RETURN(cudaStreamSynchronize(ctx.stream));  // the core's stream only
-  HVL_RETURN_IF_ERROR(host_(host, count, dtype, op));
-  HVL_CUDA_RETURN(cudaMemcpyAsync(buffer, host, bytes, cudaMemcpyHostToDevice, ctx.stream));
+  char* in = static_cast<char*>(ctx().stage_in().get(std::max<size_t>(total, 64), &err));
+  if (in == nullptr) return cuda_status(err, "cudaMallocHost (host staging)");
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i] == nullptr || entries[i]->input.byte_size() == 0) continue;
+    HVL_CUDA_CHECK(cudaMemcpyAsync(in + offsets[i], entries[i]->input.data, entries[i]->input.byte_size(),
+                                   cudaMemcpyDeviceToHost, stream));
+  }
+  HVL_CUDA_CHECK(cudaStreamSynchronize(stream));  // the core's stream only
+
+  // 2. The host path on host views of the same entries. Broadcast works in
+  //    place in the staging buffer; the allocating ops get the device output
+  //    from the framework and a pinned buffer to fill.
+  std::vector<TensorEntry> staged(entries.size());
+  std::vector<TensorEntry*> ptrs(entries.size(), nullptr);
+  std::vector<TensorView> device_out(entries.size());
+  PinnedBuffer& stage_out = ctx().stage_out();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i] == nullptr) continue;
+    TensorEntry& s = staged[i];
+    s = *entries[i];
+    s.ready.reset();
+    s.input.data = in + offsets[i];
+    s.input.device = kCpuDevice;
+    s.output = s.input;
+    if (entries[i]->allocate) {
+      s.allocate = [i, orig = entries[i]->allocate, &device_out, &stage_out](const Shape& shape, TensorView* out) {
+        TensorView dev;
+        HVL_RETURN_IF_ERROR(orig(shape, &dev));
+        device_out[i] = dev;
+        cudaError_t e2;
+        void* host = stage_out.get(std::max<size_t>(dev.byte_size(), 64), &e2);
+        if (host == nullptr) return cuda_status(e2, "cudaMallocHost (host staging of an output)");
+        *out = dev;
+        out->data = host;
+        out->device = kCpuDevice;
+        return Status::OK();
+      };
+    }
+    ptrs[i] = &s;
+  }
+  Response hr = r;
+  hr.device = kCpuDevice;
+  HVL_RETURN_IF_ERROR(host_(OpArgs{hr, ptrs, args.observer}).status);
+
+  // 3. Results back to the device, after the allocators' ready events.
+  HVL_RETURN_IF_ERROR(ctx().wait_ready(entries));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    TensorEntry* e = entries[i];
+    if (e == nullptr) continue;
+    const TensorView& host_out = e->handle->output();  // what the host path produced
+    TensorView dev = e->allocate ? device_out[i] : e->output;
+    const size_t bytes = static_cast<size_t>(host_out.num_elements()) * elem;
+    if (bytes > 0) HVL_CUDA_CHECK(cudaMemcpyAsync(dev.data, host_out.data, bytes, cudaMemcpyHostToDevice, stream));
+    e->handle->set_output(dev);
+  }
   return Status::OK();
 }
 

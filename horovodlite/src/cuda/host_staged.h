@@ -1,28 +1,32 @@
-// Device allreduce through the host: the buffer is copied to pinned memory, the
-// core's stream (only) is synchronised, the host allreduce (MPI or the ring) runs
-// and the result is copied back. Used with GPU_OPERATIONS=mpi and for reductions
-// NCCL cannot do (int16); always enabled, so it ends the list.
+// Any device op through the host path: inputs are staged to pinned memory (the
+// core's stream only is synchronised), the host algorithm for the op runs on host
+// views of the same entries, and the results go back to the device. Ends the
+// device lists of allgather, broadcast, alltoall and reducescatter (used with
+// GPU_OPERATIONS=mpi, and where NCCL cannot reduce the dtype).
 #pragma once
 
 #include <functional>
 
-#include "cuda/buffers.h"
-#include "cuda/device_allreduce.h"
-#include "cuda/device_ops.h"
+#include "cuda/device_context.h"
 
 namespace horovodlite {
 namespace cuda {
 
-class HostStagedAllreduce : public DeviceAllreduce {
+// Runs a response (on host views) with the host algorithm chosen for it.
+using HostRunFn = std::function<OpResult(const OpArgs& args)>;
+
+class HostStaged : public DeviceAlgorithm {
  public:
-  explicit HostStagedAllreduce(HostAllreduceFn host) : host_(std::move(host)) {}
-  const char* name() const override { return "HOST_STAGED_ALLREDUCE"; }
-  bool enabled(const DeviceContext&, DataType, ReduceOp, int64_t) const override { return true; }
-  Status run(DeviceContext& ctx, void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  HostStaged(std::shared_ptr<DeviceContext> ctx, HostRunFn host)
+      : DeviceAlgorithm(std::move(ctx)), host_(std::move(host)) {}
+  const char* name() const override { return "HOST_STAGED"; }
+  bool enabled(const Response&) const override { return true; }
+
+ protected:
+  Status enqueue(const OpArgs& args) override;
 
  private:
-  HostAllreduceFn host_;
-  PinnedBuffer stage_;
+  HostRunFn host_;
 };
 
 }  // namespace cuda

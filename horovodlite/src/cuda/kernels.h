@@ -11,16 +11,13 @@
 #include <cstdint>
 
 #include "horovodlite/common.h"
+#include "ops/fusion.h"
 
 namespace horovodlite {
 namespace cuda {
 
 // One tensor of a batch: `count` elements from src to dst (device pointers).
-struct CopyTask {
-  void* dst;
-  const void* src;
-  int64_t count;
-};
+using CopyTask = ::horovodlite::CopyTask;
 
 // Tasks per kernel launch (they travel as the kernel's by-value argument).
 constexpr int kMaxBatch = 64;

@@ -32,18 +32,6 @@ namespace horovodlite {
 
 namespace {
 
-// `call` is the stringified call; only the function name is reported.
-Status mpi_error(const char* call, int rc) {
-  const std::string name(call);
-  return mpi_status(rc, ("RingAllreduce: " + name.substr(0, name.find('('))).c_str());
-}
-
-#define HVL_RING_MPI_CALL(call)                                                 \
-  do {                                                                          \
-    const int hvl_mpi_rc_ = (call);                                             \
-    if (hvl_mpi_rc_ != MPI_SUCCESS) return mpi_error(#call, hvl_mpi_rc_);       \
-  } while (0)
-
 inline int mod(int a, int p) { return ((a % p) + p) % p; }
 
 // The checks both run() and run_fp16_wire() make of their op and buffers.
@@ -81,7 +69,7 @@ RingAllreduce::RingAllreduce(MPI_Comm comm, RingAllreduceOptions options) : comm
   int rc = MPI_Comm_rank(comm_, &rank_);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm_, &size_);
   if (rc != MPI_SUCCESS) {
-    init_status_ = mpi_error("MPI_Comm_rank/MPI_Comm_size", rc);
+    init_status_ = mpi_status(rc, "MPI_Comm_rank/MPI_Comm_size (RingAllreduce)");
     return;
   }
   int* tag_ub = nullptr;
@@ -187,7 +175,7 @@ Status RingAllreduce::run(const void* in, void* out, int64_t count, DataType dty
 Status RingAllreduce::post_send(const uint8_t* in, const uint8_t* out, int64_t i) {
   const Segment& s = send_segments_[i];
   const uint8_t* base = i < send_step_start_[1] ? in : out;
-  HVL_RING_MPI_CALL(MPI_Isend(base + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_,
+  HVL_MPI_CHECK(MPI_Isend(base + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_,
                          &send_requests_[i]));
   sends_posted_ = i + 1;
   return Status::OK();
@@ -197,7 +185,7 @@ Status RingAllreduce::post_recv(uint8_t* out, int64_t k) {
   const Segment& r = recv_segments_[k];
   uint8_t* dst = r.guard < 0 ? scratch_.get() + (k % options_.pipeline_depth) * scratch_slot_bytes_
                              : out + r.byte_offset;
-  HVL_RING_MPI_CALL(MPI_Irecv(dst, r.bytes, MPI_BYTE, mod(rank_ - 1, size_), tag_of(k), comm_, &recv_requests_[k]));
+  HVL_MPI_CHECK(MPI_Irecv(dst, r.bytes, MPI_BYTE, mod(rank_ - 1, size_), tag_of(k), comm_, &recv_requests_[k]));
   return Status::OK();
 }
 
@@ -219,7 +207,7 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
       if (guard >= sends_posted_) break;
       if (guard >= 0) {
         int done = 0;
-        HVL_RING_MPI_CALL(MPI_Test(&send_requests_[guard], &done, MPI_STATUS_IGNORE));
+        HVL_MPI_CHECK(MPI_Test(&send_requests_[guard], &done, MPI_STATUS_IGNORE));
         if (!done) break;
       }
       HVL_RETURN_IF_ERROR(post_recv(out, next_recv));
@@ -237,11 +225,11 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
       // cannot close a cycle.
       const int64_t guard = recv_segments_[k].guard;
       if (guard >= sends_posted_) return Status::Internal("RingAllreduce: schedule error, guard send not posted");
-      if (guard >= 0) HVL_RING_MPI_CALL(MPI_Wait(&send_requests_[guard], MPI_STATUS_IGNORE));
+      if (guard >= 0) HVL_MPI_CHECK(MPI_Wait(&send_requests_[guard], MPI_STATUS_IGNORE));
       HVL_RETURN_IF_ERROR(post_recv(out, k));
       ++next_recv;
     }
-    HVL_RING_MPI_CALL(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));
+    HVL_MPI_CHECK(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));
     const Segment& r = recv_segments_[k];
     if (r.guard < 0) {  // a reduce-scatter segment: out = in (op) received
       const uint8_t* slot = scratch_.get() + (k % depth) * scratch_slot_bytes_;
@@ -252,7 +240,7 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
     if (r.forward >= 0) HVL_RETURN_IF_ERROR(post_send(in, out, r.forward));
     HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's scratch slot is free now
   }
-  HVL_RING_MPI_CALL(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
+  HVL_MPI_CHECK(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
   return Status::OK();
 }
 
@@ -341,12 +329,12 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
   };
   auto slot_free = [&](int64_t i, bool* free) -> Status {
     int done = 1;
-    if (i >= depth) HVL_RING_MPI_CALL(MPI_Test(&send_requests_[i - depth], &done, MPI_STATUS_IGNORE));
+    if (i >= depth) HVL_MPI_CHECK(MPI_Test(&send_requests_[i - depth], &done, MPI_STATUS_IGNORE));
     *free = done != 0;
     return Status::OK();
   };
   auto isend = [&](int64_t i) -> Status {
-    HVL_RING_MPI_CALL(MPI_Isend(send_slot(i), send_segments_[i].bytes, MPI_BYTE, right, tag_of(i), comm_,
+    HVL_MPI_CHECK(MPI_Isend(send_slot(i), send_segments_[i].bytes, MPI_BYTE, right, tag_of(i), comm_,
                                 &send_requests_[i]));
     sends_posted_ = i + 1;
     return Status::OK();
@@ -372,7 +360,7 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
   int64_t next_recv = 0;
   for (int64_t k = 0; k < nrecv; ++k) {
     for (; next_recv < std::min(nrecv, k + depth); ++next_recv) {
-      HVL_RING_MPI_CALL(MPI_Irecv(recv_slot(next_recv), recv_segments_[next_recv].bytes, MPI_BYTE, left,
+      HVL_MPI_CHECK(MPI_Irecv(recv_slot(next_recv), recv_segments_[next_recv].bytes, MPI_BYTE, left,
                                   tag_of(next_recv), comm_, &recv_requests_[next_recv]));
     }
     HVL_RETURN_IF_ERROR(pump_sends(k));
@@ -380,13 +368,13 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
     while (sends_posted_ < std::min(nsend, n0 + k)) {
       MPI_Request both[2] = {recv_requests_[k], send_requests_[sends_posted_ - depth]};
       int which = MPI_UNDEFINED;
-      HVL_RING_MPI_CALL(MPI_Waitany(2, both, &which, MPI_STATUS_IGNORE));
+      HVL_MPI_CHECK(MPI_Waitany(2, both, &which, MPI_STATUS_IGNORE));
       recv_requests_[k] = both[0];
       send_requests_[sends_posted_ - depth] = both[1];
       if (which == 0) break;
       HVL_RETURN_IF_ERROR(pump_sends(k));
     }
-    HVL_RING_MPI_CALL(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));  // returns at once if done above
+    HVL_MPI_CHECK(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));  // returns at once if done above
 
     const Segment& r = recv_segments_[k];
     const int64_t n = r.bytes / 2;
@@ -415,10 +403,10 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
   while (sends_posted_ < nsend) {
     HVL_RETURN_IF_ERROR(pump_sends(nrecv));
     if (sends_posted_ < nsend) {
-      HVL_RING_MPI_CALL(MPI_Wait(&send_requests_[sends_posted_ - depth], MPI_STATUS_IGNORE));
+      HVL_MPI_CHECK(MPI_Wait(&send_requests_[sends_posted_ - depth], MPI_STATUS_IGNORE));
     }
   }
-  HVL_RING_MPI_CALL(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
+  HVL_MPI_CHECK(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
   return Status::OK();
 }
 

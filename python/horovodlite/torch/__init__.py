@@ -15,7 +15,7 @@ from horovodlite.torch.basics import (init, shutdown, is_initialized, size, rank
 from horovodlite.torch.compression import Compression  # noqa: F401
 from horovodlite.torch.mpi_ops import (allreduce, allreduce_, allreduce_async, allreduce_async_,  # noqa: F401
                                        grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
-                                       grouped_allreduce_async_,
+                                       grouped_allreduce_async_, sparse_allreduce_async,
                                        allgather, allgather_async, grouped_allgather, grouped_allgather_async,
                                        broadcast, broadcast_, broadcast_async, broadcast_async_,
                                        alltoall, alltoall_async,

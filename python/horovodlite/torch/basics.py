@@ -1,5 +1,6 @@
 """Lifecycle, topology and build information (``horovod.common.basics``)."""
 
+import atexit
 import warnings
 
 import torch  # noqa: F401  (loads libtorch before the extension module)
@@ -20,17 +21,88 @@ _NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
 def init(comm=None, process_sets=None):
     """Initializes horovodlite: MPI (unless the program already did), the
     configuration (HOROVODLITE_* / HOROVOD_* environment variables) and the
-    background thread. A second call while initialized is a no-op.
+    background thread. A second call while initialized is a no-op. As in
+    Horovod, the runtime is shut down at interpreter exit if the program has
+    not called shutdown().
 
     Arguments:
-        comm: must be None (MPI_COMM_WORLD); other communicators are not supported.
+        comm: None or [] for MPI_COMM_WORLD; a list of MPI_COMM_WORLD ranks (the
+            ranks in the list call init() with the same list; they get ranks
+            0 .. len - 1 in list order); or an mpi4py communicator, which is
+            duplicated. Lists and communicators need mpi4py.
         process_sets: must be None; only the global process set is supported.
     """
-    if comm is not None and comm != []:
-        raise NotImplementedError("horovodlite.init(): only comm=None (MPI_COMM_WORLD) is supported")
     if process_sets not in (None, [], "dynamic"):
         raise NotImplementedError("horovodlite.init(): only the global process set is supported")
-    _C.init()
+    if comm is None or (isinstance(comm, (list, tuple)) and len(comm) == 0):
+        _C.init()
+    elif not _C.is_initialized():
+        _init_comm(comm)
+    _register_shutdown_at_exit()
+
+
+def _mpi4py(what):
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ImportError("horovodlite.init(comm=%s) needs mpi4py (e.g. Debian's python3-mpi4py): %s"
+                          % (what, e)) from e
+    return MPI
+
+
+def _init_comm(comm):
+    if isinstance(comm, (list, tuple)):
+        if any(isinstance(r, bool) or not isinstance(r, int) for r in comm):
+            raise TypeError("horovodlite.init(comm=%r): the list must hold MPI_COMM_WORLD ranks (ints)" % (comm,))
+        MPI = _mpi4py("[ranks]")
+        world = MPI.COMM_WORLD
+        n, me = world.Get_size(), world.Get_rank()
+        bad = [r for r in comm if not 0 <= r < n]
+        if bad or len(set(comm)) != len(comm):
+            raise ValueError("horovodlite.init(comm=%r): ranks must be distinct and in [0, %d)%s"
+                             % (list(comm), n, " (out of range: %s)" % bad if bad else ""))
+        if me not in comm:
+            raise ValueError("horovodlite.init(comm=%r): rank %d of MPI_COMM_WORLD is not in the list; only the "
+                             "listed ranks may call init() with it" % (list(comm), me))
+        world_group = world.Get_group()
+        group = world_group.Incl(list(comm))
+        sub = world.Create_group(group)  # collective over the listed ranks only
+        group.Free()
+        world_group.Free()
+        try:
+            _C.init_comm(MPI._addressof(sub))
+        finally:
+            sub.Free()  # the core works on its own duplicate
+        return
+    MPI = _mpi4py(type(comm).__name__)
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError("horovodlite.init(): comm must be None, a list of ranks or an mpi4py communicator, got %s"
+                        % type(comm).__name__)
+    if comm == MPI.COMM_NULL:
+        raise ValueError("horovodlite.init(): comm is MPI.COMM_NULL (this rank is not in the communicator)")
+    if comm.Is_inter():
+        raise ValueError("horovodlite.init(): comm must be an intra-communicator")
+    _C.init_comm(MPI._addressof(comm))
+
+
+_shutdown_registered = False
+
+
+def _shutdown_at_exit():
+    # Horovod's atexit shutdown: a plain script need not call shutdown(). Quiet:
+    # a failure here (e.g. a peer already failed) was reported where it happened.
+    try:
+        if _C.is_initialized():
+            _C.shutdown()
+    except Exception:  # noqa: BLE001  (nothing useful can be done at exit)
+        pass
+
+
+def _register_shutdown_at_exit():
+    global _shutdown_registered
+    if not _shutdown_registered:
+        _shutdown_registered = True
+        atexit.register(_shutdown_at_exit)
 
 
 def shutdown():

@@ -40,74 +40,134 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         synchronize(handle)
 
 
-def _step_without_allreduce(optimizer):
-    # A DistributedOptimizer's step() would allreduce every gradient, which needs
-    # every rank to call it; initialising state must stay local.
-    from horovodlite.torch.optimizer import _DistributedOptimizer
-    if isinstance(optimizer, _DistributedOptimizer):
-        super(optimizer.__class__, optimizer).step()
+def _local_step(optimizer):
+    """optimizer.step() without a DistributedOptimizer's gradient allreduce
+    (which every rank would have to join): the wrapped torch optimizer's step.
+    Asked by duck typing, so that this module need not import optimizer.py
+    (which imports this one)."""
+    step_locally = getattr(optimizer, "_step_locally", None)
+    if step_locally is not None:
+        step_locally()
     else:
         optimizer.step()
 
 
-def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
-    """Broadcasts an optimizer's state (param-group options such as lr and
-    momentum, and every parameter's state tensors and scalars) from root_rank.
+def _init_state_locally(optimizer):
+    """Creates the state of an optimizer that has none with a step on zero
+    gradients (as Horovod does), without collectives and without changing the
+    parameters or their gradients."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    saved = [(p, p.grad, p.detach().clone()) for p in params]
+    try:
+        for p in params:
+            p.grad = torch.zeros_like(p)
+            if isinstance(optimizer, torch.optim.SparseAdam):
+                p.grad = p.grad.to_sparse()
+        _local_step(optimizer)
+    finally:
+        with torch.no_grad():
+            for p, grad, data in saved:
+                p.copy_(data)
+                p.grad = grad
 
-    Optimizers that have no state yet get it created first by a step with zero
-    gradients, as Horovod does. torch.optim.LBFGS is not supported.
+
+def _describe_state(optimizer):
+    """Root's side: param-group options, and for every state entry either
+    ("tensor", shape, dtype, device type) or ("value", value), by parameter index."""
+    options = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    counts = [len(group["params"]) for group in optimizer.param_groups]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    entries = []
+    for index, p in enumerate(params):
+        for key, value in sorted(optimizer.state.get(p, {}).items(), key=lambda kv: str(kv[0])):
+            if torch.is_tensor(value):
+                entries.append((index, key, ("tensor", tuple(value.shape), value.dtype, value.device.type)))
+            else:
+                entries.append((index, key, ("value", value)))
+    return options, counts, entries
+
+
+def _check_layout(optimizer, root, root_rank, process_set):
+    """Every rank learns whether every rank's param groups match root's, so that
+    all of them raise together instead of some waiting for the others."""
+    options, counts, _ = root
+    mine = [len(group["params"]) for group in optimizer.param_groups]
+    bad = allgather(torch.tensor([0 if mine == counts else 1], dtype=torch.int32),
+                    name="broadcast_optimizer_state.layout", process_set=process_set)
+    bad_ranks = [r for r, b in enumerate(bad.tolist()) if b]
+    if bad_ranks:
+        raise ValueError("broadcast_optimizer_state: the param groups (parameters per group) of rank(s) %s "
+                         "differ from root rank %d's %s; this rank has %s"
+                         % (", ".join(map(str, bad_ranks)), root_rank, counts, mine))
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
+    """Broadcasts an optimizer's state (param-group options such as lr and
+    momentum, and every parameter's state tensors and values) from root_rank:
+    afterwards every rank's state has root's entries, no others.
+
+    An optimizer without state (a fresh one, e.g. on the ranks that did not load
+    a checkpoint) first gets it by a local step on zero gradients, as in
+    Horovod; this step never allreduces (also for a DistributedOptimizer) and
+    leaves the parameters and their gradients as they were.
+    torch.optim.LBFGS is not supported.
+
+    Arguments:
+        optimizer: a torch.optim.Optimizer or a DistributedOptimizer.
+        root_rank: the rank whose state everyone gets.
+        model: accepted for Horovod 0.28's signature; not needed here.
+        process_set: only the global process set is supported.
     """
     check_global(process_set, "broadcast_optimizer_state")
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     _check_root(root_rank, "broadcast_optimizer_state")
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise TypeError("broadcast_optimizer_state: model must be a torch.nn.Module or None, got %s"
+                        % type(model).__name__)
 
-    state_dict = optimizer.state_dict()
-    if len(state_dict["state"]) == 0:
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.requires_grad and p.grad is None:
-                    p.grad = p.data.new(p.size()).zero_()
-                    if isinstance(optimizer, torch.optim.SparseAdam):
-                        p.grad = p.grad.to_sparse()
-        _step_without_allreduce(optimizer)
-        state_dict = optimizer.state_dict()
+    if len(optimizer.state) == 0:
+        _init_state_locally(optimizer)
 
-    # Param-group options (lr, betas, momentum, ...): root's values everywhere.
-    options = [{k: v for k, v in group.items() if k != "params"} for group in state_dict["param_groups"]]
-    options = broadcast_object(options, root_rank, name="broadcast_optimizer_state.options",
-                               process_set=process_set)
-    if len(options) != len(optimizer.param_groups):
-        raise ValueError("broadcast_optimizer_state: rank %d has %d param groups but the root has %d"
-                         % (rank(), len(optimizer.param_groups), len(options)))
+    is_root = rank() == root_rank
+    root = broadcast_object(_describe_state(optimizer) if is_root else None, root_rank,
+                            name="broadcast_optimizer_state.options", process_set=process_set)
+    _check_layout(optimizer, root, root_rank, process_set)
+    options, _, entries = root
     for group, opts in zip(optimizer.param_groups, options):
         group.update(opts)
 
-    if len(state_dict["state"]) == 0:
-        return  # a stateless optimizer (e.g. plain SGD): nothing more to broadcast
-
-    # Per-parameter state: tensors in place, other values through one object broadcast.
+    # State: root's entries everywhere; tensors broadcast in place (allocated
+    # where this rank lacks them or has another shape or dtype).
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    new_state = collections.defaultdict(dict)
     handles = []
-    scalars = {}
     occurrences = collections.defaultdict(int)
-    for group in state_dict["param_groups"]:
-        for pid in group["params"]:
-            if pid not in state_dict["state"]:
-                continue
-            for key, value in sorted(state_dict["state"][pid].items()):
-                occurrences[key] += 1
-                name = "broadcast_optimizer_state.%s.%d" % (key, occurrences[key])
-                if torch.is_tensor(value):
-                    handles.append(broadcast_async_(value, root_rank, name, process_set=process_set))
-                else:
-                    scalars[name] = (pid, key, value)
-    root_scalars = broadcast_object({n: v for n, (_, _, v) in scalars.items()}, root_rank,
-                                    name="broadcast_optimizer_state.scalars", process_set=process_set)
+    for index, key, desc in entries:
+        p = params[index]
+        if desc[0] == "value":
+            new_state[p][key] = desc[1]
+            continue
+        _, shape, dtype, device_type = desc
+        occurrences[key] += 1
+        current = optimizer.state.get(p, {}).get(key)
+        if is_root:
+            tensor = current
+        elif torch.is_tensor(current) and tuple(current.shape) == shape and current.dtype == dtype \
+                and current.device.type == device_type:
+            tensor = current
+        else:
+            device = p.device if p.device.type == device_type else torch.device(device_type)
+            tensor = torch.empty(shape, dtype=dtype, device=device)
+        new_state[p][key] = tensor
+        handles.append(broadcast_async_(tensor, root_rank, "broadcast_optimizer_state.%s.%d"
+                                        % (key, occurrences[key]), process_set=process_set))
     for handle in handles:
         synchronize(handle)
-    for name, (pid, key, _) in scalars.items():
-        if name in root_scalars:
-            state_dict["state"][pid][key] = root_scalars[name]
+    if not is_root:
+        optimizer.state.clear()
+        for p, st in new_state.items():
+            optimizer.state[p] = st
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):

@@ -143,12 +143,25 @@ def _check_op(op, what):
 # -------------------------------------------------------------- allreduce ----
 
 def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, in_place, what,
-                     fp16_wire=False):
+                     compression=Compression.none, output=None):
+    """compression: Compression.none, or Compression.fp16 to send float32 and
+    float64 as fp16, converted inside the core while packing (no fp16 copy; the
+    result has the input's dtype; other dtypes go as they are). output (out of
+    place only): the tensor to write the result into (same shape and dtype as
+    ``tensor``), e.g. a buffer reused from step to step; None: a new tensor."""
     _check_tensor(tensor, what)
     check_global(process_set, what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
-    part = _C.allreduce_async(tensor, _name(name, what), op, pre, post, in_place, fp16_wire)
+    if compression is not Compression.none and compression is not Compression.fp16:
+        raise ValueError("%s: the core compresses only with Compression.fp16; compress other ways before "
+                         "calling" % what)
+    if output is not None:
+        _check_tensor(output, what)
+        if in_place:
+            raise ValueError("%s: an output tensor cannot be given to the in-place form" % what)
+    fp16_wire = compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64)
+    part = _C.allreduce_async(tensor, _name(name, what), op, pre, post, in_place, fp16_wire, output)
     return _Handle([part], _single)
 
 
@@ -350,6 +363,63 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
+# ------------------------------------------------------ sparse allreduce ----
+
+def _sparse_finish(tensor, op, n):
+    def finish(parts, outputs):
+        indices, values, shapes = outputs
+        if shapes.numel() != n * tensor.dim():
+            raise ValueError("sparse_allreduce_async of '%s': ranks disagree about the number of dimensions"
+                             % parts[0].name.rsplit(".", 1)[0])
+        shapes = shapes.reshape(n, -1)
+        differ = [r for r in range(n) if not torch.equal(shapes[r], shapes[0])]
+        if differ:
+            raise ValueError("sparse_allreduce_async of '%s': the sparse tensor's size differs between ranks "
+                             "(rank 0: %s; rank(s) %s: %s)" % (parts[0].name.rsplit(".", 1)[0],
+                                                              shapes[0].tolist(), ", ".join(map(str, differ)),
+                                                              [shapes[r].tolist() for r in differ]))
+        if op == Average:
+            values = values / n
+        return torch.sparse_coo_tensor(indices.t(), values, tensor.shape)
+    return finish
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Asynchronous allreduce of a sparse COO tensor, as Horovod: every rank's
+    indices and values are allgathered (ranks may hold different numbers of
+    entries) and, for hvd.Average, the values divided by the number of ranks.
+    synchronize() returns the (uncoalesced) sparse sum or average, whose dense
+    form equals the allreduce of the dense tensors."""
+    what = "sparse_allreduce_async"
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
+    if tensor.layout != torch.sparse_coo:
+        raise ValueError("%s: expected a sparse COO tensor (layout torch.sparse_coo), got %s"
+                         % (what, tensor.layout))
+    check_global(process_set, what)
+    op = _check_op(op, what)
+    if op not in (Average, Sum):
+        raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
+    base = _name(name, what) or "sparse_allreduce.noname.%d" % _next_sparse_id()
+    # allgather concatenates along dimension 0: indices travel as (nnz, sparse_dim).
+    indices = tensor._indices().t().contiguous()
+    values = tensor._values().contiguous()
+    # The size travels too (a few bytes, fused with the rest) so that ranks that
+    # disagree about it get an error instead of a tensor with foreign indices.
+    shape = torch.tensor(list(tensor.shape), dtype=torch.int64)
+    parts = [_C.allgather_async(indices, base + ".indices"), _C.allgather_async(values, base + ".values"),
+             _C.allgather_async(shape, base + ".size")]
+    return _Handle(parts, _sparse_finish(tensor, op, size()))
+
+
+_sparse_ids = [0]
+
+
+def _next_sparse_id():
+    _sparse_ids[0] += 1
+    return _sparse_ids[0]
+
+
 # -------------------------------------------------------------- broadcast ----
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -403,12 +473,15 @@ def _splits_list(tensor, splits, what):
     if splits is None:
         return []
     if isinstance(splits, torch.Tensor):
-        if splits.dim() != 1 or splits.dtype.is_floating_point or splits.dtype == torch.bool:
-            raise TypeError("%s: splits must be a 1-D integer tensor or a list of ints" % what)
+        # ValueError (not TypeError) for a bad dtype, as Horovod.
+        if splits.dim() != 1 or splits.dtype.is_floating_point or splits.dtype.is_complex \
+                or splits.dtype == torch.bool:
+            raise ValueError("%s: splits must be a 1-D integer tensor or a list of ints, got a %d-D %s tensor"
+                             % (what, splits.dim(), splits.dtype))
         values = [int(v) for v in splits.tolist()]
     elif isinstance(splits, (list, tuple)):
         if any(isinstance(v, bool) or not isinstance(v, int) for v in splits):
-            raise TypeError("%s: splits must contain ints" % what)
+            raise ValueError("%s: splits must contain ints, got %r" % (what, list(splits)))
         values = list(splits)
     else:
         raise TypeError("%s: splits must be None, a list of ints or an integer tensor, got %s"

@@ -61,7 +61,7 @@ def test_bad_arguments_are_type_or_value_errors(size):
         hvd.alltoall(torch.ones(4), splits=[5] + [0] * (size - 1))
     with pytest.raises(ValueError):
         hvd.alltoall(torch.ones(4), splits=[-1, 5] + [0] * (size - 2))
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError):
         hvd.alltoall(torch.ones(4), splits=[1.5] * size)
     with pytest.raises(ValueError):
         hvd.alltoall(torch.ones(size * 2 + 1))

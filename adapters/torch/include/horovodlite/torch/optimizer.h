@@ -17,6 +17,7 @@
 
 #include "horovodlite/common.h"
 #include "horovodlite/torch/async_handle.h"
+#include "horovodlite/torch/compat.h"
 
 namespace torch {
 namespace autograd {
@@ -27,10 +28,9 @@ struct Node;
 namespace horovodlite {
 namespace torch {
 
-enum class Compression : uint8_t {
-  kNone = 0,
-  kFP16 = 1,  // floating gradients travel as float16 and are restored to their dtype
-};
+// The core's enum (horovodlite/common.h): kFp16 makes floating gradients travel
+// as float16; they are restored to their dtype.
+using Compression = ::horovodlite::Compression;
 
 struct DistributedOptimizerOptions {
   ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
@@ -79,7 +79,7 @@ class DistributedOptimizer {
   struct Param {
     std::string name;
     at::Tensor tensor;
-    std::shared_ptr<::torch::autograd::Node> grad_accumulator;  // keeps the hook alive
+    compat::NodeHandle grad_accumulator;  // keeps the hook alive
     uintptr_t hook_key = 0;
     int delay = 0;  // backward passes left before the allreduce starts
     AsyncHandle handle;

@@ -11,6 +11,7 @@
 #include "horovodlite/common.h"
 
 namespace horovodlite {
+namespace cuda {
 
 class NcclComm {
  public:
@@ -35,4 +36,5 @@ class NcclComm {
 // reduces as uint8 with max (Sum, Max: logical or) or min (Min, Product: and).
 bool nccl_reduce_type(DataType dtype, ReduceOp op, ncclDataType_t* type, ncclRedOp_t* nccl_op);
 
+}  // namespace cuda
 }  // namespace horovodlite

@@ -1,4 +1,4 @@
-#include "ops/nccl_context.h"
+#include "cuda/nccl_context.h"
 
 #include <cuda_runtime_api.h>
 
@@ -6,22 +6,23 @@
 #include "mpi_context.h"
 
 namespace horovodlite {
+namespace cuda {
 
 Status NcclComm::create(MPI_Comm comm, int device, std::unique_ptr<NcclComm>* out) {
   std::unique_ptr<NcclComm> c(new NcclComm());
-  MPI_Comm_rank(comm, &c->rank_);
-  MPI_Comm_size(comm, &c->size_);
+  HVL_MPI_CHECK(MPI_Comm_rank(comm, &c->rank_));
+  HVL_MPI_CHECK(MPI_Comm_size(comm, &c->size_));
   c->device_ = device;
   ncclUniqueId id;
-  Status local = c->rank_ == 0 ? cuda::nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId") : Status::OK();
+  Status local = c->rank_ == 0 ? nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId") : Status::OK();
   // Rank 0 tells the others whether it has an id, so that a failure there is an
   // error everywhere rather than a hang in ncclCommInitRank.
   int ok = local.ok() ? 1 : 0;
-  HVL_RETURN_IF_ERROR(mpi_status(MPI_Bcast(&ok, 1, MPI_INT, 0, comm), "MPI_Bcast"));
+  HVL_MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, comm));
   if (!ok) return local.ok() ? Status::Internal("rank 0 could not create an NCCL unique id") : local;
-  HVL_RETURN_IF_ERROR(mpi_status(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm), "MPI_Bcast (NCCL unique id)"));
-  HVL_CUDA_RETURN(cudaSetDevice(device));
-  HVL_NCCL_RETURN(ncclCommInitRank(&c->comm_, c->size_, id, c->rank_));
+  HVL_MPI_CHECK_AS(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm), "MPI_Bcast (NCCL unique id)");
+  HVL_CUDA_CHECK(cudaSetDevice(device));
+  HVL_NCCL_CHECK(ncclCommInitRank(&c->comm_, c->size_, id, c->rank_));
   *out = std::move(c);
   return Status::OK();
 }
@@ -63,4 +64,5 @@ bool nccl_reduce_type(DataType dtype, ReduceOp op, ncclDataType_t* type, ncclRed
   return false;
 }
 
+}  // namespace cuda
 }  // namespace horovodlite

@@ -9,37 +9,42 @@
 
 #include "cuda/buffers.h"
 #include "cuda/device_allreduce.h"
+#include "cuda/nccl_context.h"
 #include "mpi_context.h"
-#include "ops/nccl_context.h"
 
 namespace horovodlite {
+namespace cuda {
 
-class NcclAllreduce : public cuda::DeviceAllreduce {
+class NcclAllreduce : public DeviceAllreduce {
  public:
+  using DeviceAllreduce::DeviceAllreduce;
   const char* name() const override { return "NCCL_ALLREDUCE"; }
-  bool enabled(const cuda::DeviceContext& ctx, DataType dtype, ReduceOp op, int64_t bytes) const override;
-  Status run(cuda::DeviceContext& ctx, void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  bool accepts(DataType dtype, ReduceOp op, int64_t bytes) const override;
+  Status reduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
 };
 
-class NcclHierarchicalAllreduce : public cuda::DeviceAllreduce {
+class NcclHierarchicalAllreduce : public DeviceAllreduce {
  public:
   // Collective over mpi.comm() (splits it into node-local and cross-node
   // communicators). Enabled only on several nodes with the same number of ranks each.
-  explicit NcclHierarchicalAllreduce(const MpiContext& mpi);
+  NcclHierarchicalAllreduce(std::shared_ptr<DeviceContext> ctx, const MpiContext& mpi);
   ~NcclHierarchicalAllreduce() override;
   const char* name() const override { return "NCCL_HIERARCHICAL_ALLREDUCE"; }
-  bool enabled(const cuda::DeviceContext& ctx, DataType dtype, ReduceOp op, int64_t bytes) const override;
+  bool accepts(DataType dtype, ReduceOp op, int64_t bytes) const override;
   int64_t granularity() const override { return local_size_; }
-  Status run(cuda::DeviceContext& ctx, void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  Status reduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
 
  private:
+  Status split(const MpiContext& mpi);
+
   const MpiContext& mpi_;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
   int local_rank_ = 0, local_size_ = 1, cross_size_ = 1;
   bool homogeneous_ = false;
   std::unique_ptr<NcclComm> local_nccl_;  // created at the first run (collective inside the node)
-  cuda::PinnedBuffer host_;
+  PinnedBuffer host_;
 };
 
+}  // namespace cuda
 }  // namespace horovodlite

@@ -1,0 +1,67 @@
+// The cycle's one agreement, as Horovod's CacheCoordinator (response_cache.h): a
+// bit vector that every rank fills in and that one bitwise-AND allreduce makes the
+// same everywhere. It holds
+//   - named status bits (word 0), true after sync() if any rank set them;
+//   - two rank bitmaps: the ranks asking to shut down, the ranks exiting without
+//     shutdown() (any rank's bit survives);
+//   - per response-cache position, "invalid" (any rank: the name must go through
+//     full negotiation) and "hit" (every rank has the cached request pending).
+// "Any rank" bits are OR-reduced through the AND by sending them inverted:
+// OR(x) = ~AND(~x). One collective per cycle, however many names are pending.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "horovodlite/common.h"
+
+namespace horovodlite {
+
+class CacheCoordinator {
+ public:
+  enum StatusBit : uint64_t {
+    kShouldShutDown = uint64_t(1) << 0,   // some rank asks every rank to stop
+    kUncachedInQueue = uint64_t(1) << 1,  // some rank has requests for full negotiation
+    kJoined = uint64_t(1) << 2,           // some rank has joined: no hits this cycle
+  };
+
+  CacheCoordinator(size_t cache_capacity, int world_size);
+
+  // Clears every bit (the start of a cycle).
+  void reset();
+  void set(StatusBit bit) { bits_[0] |= bit; }
+  // Sets kShouldShutDown and `rank`'s bit in the shutdown bitmap.
+  void record_shutdown(int rank);
+  void record_exiting(int rank);
+  void record_hit(uint32_t position) { set_bit(hits_, position); }
+  void record_invalid(uint32_t position) { set_bit(invalid_, position); }
+
+  // The collective: every rank of `comm` calls it once per cycle with the same
+  // capacity and world size.
+  Status sync(MPI_Comm comm);
+
+  // After sync():
+  bool test(StatusBit bit) const { return (bits_[0] & bit) != 0; }
+  // Positions some rank marked invalid, ascending.
+  std::vector<uint32_t> invalid() const;
+  // Positions every rank hit and none marked invalid, ascending.
+  std::vector<uint32_t> hits() const;
+  std::vector<int> shutdown_ranks() const { return ranks_in(requesters_); }
+  std::vector<int> exiting_ranks() const { return ranks_in(exiters_); }
+
+ private:
+  void set_bit(size_t word_offset, uint32_t bit) { bits_[word_offset + bit / 64] |= uint64_t(1) << (bit % 64); }
+  std::vector<int> ranks_in(size_t word_offset) const;
+
+  const size_t words_;       // per position bitmap
+  const size_t rank_words_;  // per rank bitmap
+  const int world_size_;
+  // Layout: [status][requesters][exiters][invalid] (inverted on the wire) [hits].
+  const size_t requesters_, exiters_, invalid_, hits_, or_words_;
+  std::vector<uint64_t> bits_;
+};
+
+}  // namespace horovodlite

@@ -1,0 +1,232 @@
+#include "controller.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "logging.h"
+
+namespace horovodlite {
+
+Controller::Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
+                       LocalLookup local)
+    : comm_(comm),
+      config_(config),
+      timeline_(timeline),
+      watchdog_(watchdog),
+      local_(std::move(local)),
+      coordinator_(comm.rank == 0 ? std::make_unique<Coordinator>(comm.size) : nullptr),
+      cache_(static_cast<size_t>(config.cache_capacity)),
+      votes_(static_cast<size_t>(config.cache_capacity), comm.size),
+      stall_(config) {}
+
+Status Controller::compute_responses(Input input, Output* out) {
+  const Clock::time_point now = Clock::now();
+  accept(std::move(input.requests), now);
+  if (coordinator_) inspect_stalls(now);
+
+  vote(input, now);
+  watchdog_.enter("negotiation (bit-vector allreduce)");
+  Status s = votes_.sync(comm_.comm);
+  watchdog_.leave();
+  if (!s.ok()) return Status::Aborted("horovodlite lost contact with other ranks: " + s.message());
+
+  out->responses = take_cache_hits();
+  if (votes_.test(CacheCoordinator::kUncachedInQueue) || votes_.test(CacheCoordinator::kJoined)) {
+    ++negotiations_;
+    std::vector<Response> negotiated;
+    watchdog_.enter("negotiation (gather/broadcast of requests)");
+    s = negotiate(&negotiated);
+    watchdog_.leave();
+    if (!s.ok()) {
+      HVL_LOG(kError, "negotiation failed: " << s.message());
+      return Status::Aborted("horovodlite negotiation failed: " + s.message());
+    }
+    tensors_negotiated_ += negotiated.size();
+    cache_negotiated(negotiated);
+    out->responses.insert(out->responses.end(), negotiated.begin(), negotiated.end());
+  }
+
+  if (timeline_.active()) {
+    const Clock::time_point ready = Clock::now();
+    if (!out->responses.empty()) timeline_.cycle_start(now);
+    for (const Response& r : out->responses)
+      for (const std::string& name : r.names) timeline_.negotiate_end(name, ready);
+  }
+  for (const Response& r : out->responses)
+    if (r.type == OpType::kJoin) joined_ = false;  // runs this cycle
+  out->responses = fuse_responses(out->responses, config_.fusion_threshold_bytes);
+  out->shutdown = votes_.test(CacheCoordinator::kShouldShutDown);
+  if (out->shutdown) {
+    out->shutdown_ranks = votes_.shutdown_ranks();
+    out->exiting_ranks = votes_.exiting_ranks();
+  }
+  return Status::OK();
+}
+
+void Controller::clear() {
+  pending_cached_.clear();
+  uncached_.clear();
+}
+
+void Controller::mark_ready(const Request& q, int rank, Clock::time_point t) {
+  timeline_.negotiate_start(q.name, Timeline::upper(op_type_name(q.type)).c_str(), t);
+  timeline_.rank_ready(q.name, rank, t);
+}
+
+void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
+  const bool timeline_on = timeline_.active();
+  const bool cache_on = cache_.capacity() > 0;
+  for (Request& q : requests) {
+    if (timeline_on) mark_ready(q, comm_.rank, now);
+    if (q.type == OpType::kJoin) joined_ = true;
+    if (cache_on && q.type != OpType::kJoin && q.type != OpType::kBarrier) {
+      pending_cached_.push_back(Waiting{std::move(q), now});
+    } else {
+      uncached_.push_back(std::move(q));
+    }
+  }
+}
+
+void Controller::vote(const Input& input, Clock::time_point now) {
+  votes_.reset();
+  std::vector<Waiting> still;
+  for (Waiting& w : pending_cached_) {
+    uint32_t pos = 0;
+    switch (cache_.lookup(w.request, &pos)) {
+      case ResponseCache::Lookup::kMiss:
+        uncached_.push_back(std::move(w.request));
+        break;
+      case ResponseCache::Lookup::kHit:
+        if (stall_.should_uncache(w.since, now)) {
+          // Waited long for the other ranks: send it through the coordinator,
+          // where the stall inspector can see which ranks are missing.
+          HVL_LOG(kDebug, "'" << w.request.name << "' waited for a cache hit; renegotiating it");
+          votes_.record_invalid(pos);
+        } else {
+          votes_.record_hit(pos);
+        }
+        still.push_back(std::move(w));
+        break;
+      case ResponseCache::Lookup::kInvalid:
+        votes_.record_invalid(pos);
+        still.push_back(std::move(w));
+        break;
+    }
+  }
+  pending_cached_.swap(still);
+  if (input.shutdown || stall_shutdown_) votes_.record_shutdown(comm_.rank);
+  if (input.exiting) votes_.record_exiting(comm_.rank);
+  if (!uncached_.empty() || !stall_failures_.empty()) votes_.set(CacheCoordinator::kUncachedInQueue);
+  if (joined_) votes_.set(CacheCoordinator::kJoined);
+}
+
+std::vector<Response> Controller::take_cache_hits() {
+  std::vector<Response> hits;
+  if (votes_.test(CacheCoordinator::kJoined)) {
+    // A joined rank cannot set hit bits: send everything through the coordinator.
+    for (Waiting& w : pending_cached_) uncached_.push_back(std::move(w.request));
+    pending_cached_.clear();
+    return hits;
+  }
+  if (cache_.capacity() == 0) return hits;
+  for (uint32_t pos : votes_.invalid()) cache_.erase(pos);
+  std::unordered_set<std::string> hit_names;
+  for (uint32_t pos : votes_.hits()) {
+    const Response& r = cache_.get(pos);
+    hit_names.insert(r.names[0]);
+    hits.push_back(r);
+  }
+  if (!hit_names.empty()) {
+    cache_hits_ += hit_names.size();
+    pending_cached_.erase(std::remove_if(pending_cached_.begin(), pending_cached_.end(),
+                                         [&](const Waiting& w) { return hit_names.count(w.request.name) > 0; }),
+                          pending_cached_.end());
+  }
+  return hits;
+}
+
+void Controller::inspect_stalls(Clock::time_point now) {
+  if (!stall_.due(now)) return;
+  auto local_since = [this](const std::string& name) {
+    Clock::time_point t;
+    return local_(name, nullptr, &t) ? t : Clock::time_point::max();
+  };
+  StallInspector::Report report = stall_.check(coordinator_->pending(), local_since, now);
+  if (!report.warning.empty()) HVL_LOG(kWarning, report.warning);
+  for (Response& r : report.failures) {
+    HVL_LOG(kError, r.error_message);
+    coordinator_->drop(r.names[0]);
+    stall_failures_.push_back(std::move(r));
+    // This cycle carries the errors to every rank and then shuts down everywhere.
+    stall_shutdown_ = true;
+  }
+}
+
+void Controller::cache_negotiated(const std::vector<Response>& negotiated) {
+  if (cache_.capacity() == 0) return;
+  Request request;
+  for (const Response& r : negotiated) {
+    if (!ResponseCache::cacheable(r.type)) continue;
+    const bool mine = local_(r.names[0], &request, nullptr);
+    cache_.put(r, mine ? &request : nullptr);
+  }
+}
+
+Status Controller::negotiate(std::vector<Response>* out) {
+  const int rank = comm_.rank, size = comm_.size;
+  MPI_Comm comm = comm_.comm;
+  send_buf_.clear();
+  encode_requests(uncached_, &send_buf_);
+  uncached_.clear();
+
+  int len = static_cast<int>(send_buf_.size());
+  std::vector<int> lens(rank == 0 ? size : 0), displs(rank == 0 ? size : 0);
+  MPI_Request req;
+  HVL_MPI_CHECK(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igather"));
+  if (rank == 0) {
+    int64_t total = 0;
+    for (int r = 0; r < size; ++r) {
+      displs[r] = static_cast<int>(total);
+      total += lens[r];
+    }
+    recv_buf_.resize(static_cast<size_t>(total));
+  }
+  HVL_MPI_CHECK(MPI_Igatherv(send_buf_.data(), len, MPI_BYTE, recv_buf_.data(), lens.data(), displs.data(), MPI_BYTE,
+                             0, comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igatherv"));
+
+  int64_t resp_len = 0;
+  if (rank == 0) {
+    std::vector<Request> requests;
+    for (int r = 0; r < size; ++r) {
+      Status d = decode_requests(reinterpret_cast<const uint8_t*>(recv_buf_.data()) + displs[r],
+                                 static_cast<size_t>(lens[r]), &requests);
+      if (!d.ok()) {
+        HVL_LOG(kError, "ignoring a malformed request list from rank " << r << ": " << d.message());
+        continue;
+      }
+      if (r != 0 && timeline_.active()) {  // rank 0 marked its own requests when it accepted them
+        const Clock::time_point t = Clock::now();
+        for (const Request& q : requests) mark_ready(q, r, t);
+      }
+      coordinator_->add(r, requests);
+    }
+    std::vector<Response> ready = coordinator_->take_ready();
+    if (!stall_failures_.empty()) {
+      ready.insert(ready.end(), stall_failures_.begin(), stall_failures_.end());
+      stall_failures_.clear();
+    }
+    send_buf_.clear();
+    encode_responses(ready, &send_buf_);
+    resp_len = static_cast<int64_t>(send_buf_.size());
+  }
+  HVL_MPI_CHECK(MPI_Ibcast(&resp_len, 1, MPI_INT64_T, 0, comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  if (rank != 0) send_buf_.resize(static_cast<size_t>(resp_len));
+  HVL_MPI_CHECK(MPI_Ibcast(send_buf_.data(), static_cast<int>(resp_len), MPI_BYTE, 0, comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  return decode_responses(reinterpret_cast<const uint8_t*>(send_buf_.data()), send_buf_.size(), out);
+}
+
+}  // namespace horovodlite

@@ -1,0 +1,117 @@
+// The controller of one communicator: turns "what this rank has pending" into
+// "the list of responses every rank agrees on", once per cycle, collectively.
+//
+//   1. Requests drained from the runtime's queue are sorted: names the response
+//      cache knows wait for a cache hit; the others (and join/barrier) go to full
+//      negotiation.
+//   2. One bit-vector allreduce (CacheCoordinator) agrees on the cycle: shutdown,
+//      whether anyone needs full negotiation, whether a rank has joined, and which
+//      cached names every rank has pending (hits) or some rank saw change (invalid).
+//   3. If needed, full negotiation: every rank's requests are gathered to rank 0,
+//      whose Coordinator declares names ready (or errors); the response list is
+//      broadcast, and its responses enter the cache, in the same order everywhere.
+//   4. Cache hits and negotiated responses are fused (fusion threshold).
+// Rank 0 also runs the stall inspector here: it sees every name that waits in
+// full negotiation, and turns names stalled past the shutdown time into errors
+// that this cycle carries to every rank before it shuts down.
+//
+// One per communicator: the runtime owns the global one; a process set will own
+// its own, built on the set's communicator. Background thread only.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache_coordinator.h"
+#include "coordinator.h"
+#include "horovodlite/config.h"
+#include "message.h"
+#include "mpi_context.h"
+#include "response_cache.h"
+#include "stall_inspector.h"
+#include "timeline.h"
+#include "watchdog.h"
+
+namespace horovodlite {
+
+class Controller {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // What the controller asks its owner about this rank's own ops in flight: this
+  // rank's request for `name` (copied to *request when not null) and when it was
+  // enqueued (*enqueued when not null); false if this rank has none (it joined).
+  using LocalLookup = std::function<bool(const std::string& name, Request* request, Clock::time_point* enqueued)>;
+
+  // Negotiates on `comm` (which it does not own); `timeline` and `watchdog`
+  // outlive it. Not collective: nothing is exchanged before the first cycle.
+  Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
+             LocalLookup local);
+
+  struct Input {
+    std::vector<Request> requests;  // drained from the queue since the last cycle
+    bool shutdown = false;          // this rank asks every rank to stop
+    bool exiting = false;           // ... because its process exits without shutdown()
+  };
+  struct Output {
+    // Fused, and the same list in the same order on every rank.
+    std::vector<Response> responses;
+    // Every rank stops after running the responses; who asked, who exited.
+    bool shutdown = false;
+    std::vector<int> shutdown_ranks;
+    std::vector<int> exiting_ranks;
+  };
+  // One cycle: collective over the communicator. An error (kAborted) means
+  // contact with the other ranks was lost; the controller is then unusable.
+  Status compute_responses(Input input, Output* out);
+  // Forgets every pending request (the runtime has stopped).
+  void clear();
+
+  uint64_t negotiations() const { return negotiations_; }
+  uint64_t cache_hits() const { return cache_hits_; }
+  uint64_t tensors_negotiated() const { return tensors_negotiated_; }
+
+ private:
+  struct Waiting {
+    Request request;
+    Clock::time_point since;  // when this rank's controller first saw it
+  };
+  // Sorts new requests into waiting-for-a-hit and full negotiation.
+  void accept(std::vector<Request> requests, Clock::time_point now);
+  // Fills in this rank's bits: cache hits and invalid positions, the status bits.
+  void vote(const Input& input, Clock::time_point now);
+  // After the vote: erases invalid positions, returns the agreed cache hits.
+  std::vector<Response> take_cache_hits();
+  // Gathers requests to rank 0 and broadcasts its response list.
+  Status negotiate(std::vector<Response>* out);
+  void cache_negotiated(const std::vector<Response>& negotiated);
+  // Rank 0: warns about stalled names; queues errors for names past the shutdown time.
+  void inspect_stalls(Clock::time_point now);
+  void mark_ready(const Request& request, int rank, Clock::time_point t);
+
+  const Communicator comm_;
+  const Config& config_;
+  Timeline& timeline_;
+  Watchdog& watchdog_;
+  LocalLookup local_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  ResponseCache cache_;
+  CacheCoordinator votes_;
+  StallInspector stall_;
+
+  std::vector<Waiting> pending_cached_;   // waiting for every rank's cache hit
+  std::vector<Request> uncached_;         // for the next full negotiation
+  std::vector<Response> stall_failures_;  // rank 0: errors to send with the next negotiation
+  bool stall_shutdown_ = false;           // rank 0: stall errors go out, then every rank stops
+  bool joined_ = false;                   // this rank has joined and awaits the join response
+  std::string send_buf_, recv_buf_;
+
+  // Read by stats() on any thread.
+  std::atomic<uint64_t> negotiations_{0}, cache_hits_{0}, tensors_negotiated_{0};
+};
+
+}  // namespace horovodlite

@@ -1,0 +1,82 @@
+#include "cuda/device_allreduce.h"
+
+#include <numeric>
+
+#include "cuda/cuda_status.h"
+#include "cuda/kernels.h"
+#include "op_util.h"
+#include "ops/fusion.h"
+
+namespace horovodlite {
+namespace cuda {
+
+namespace {
+
+// Tensors start at multiples of 64 bytes in the fusion buffer (vectorised copies).
+constexpr int64_t kAlignBytes = 64;
+
+bool compressed(const Response& r) {
+  return r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
+}
+
+int64_t total_elements(const Response& r) {
+  return std::accumulate(r.tensor_sizes.begin(), r.tensor_sizes.end(), int64_t(0));
+}
+
+}  // namespace
+
+bool DeviceAllreduce::enabled(const Response& r) const {
+  const DataType wire = compressed(r) ? DataType::kFloat16 : r.dtype;
+  return accepts(wire, effective_op(r.reduce_op), total_elements(r) * static_cast<int64_t>(dtype_size(wire)));
+}
+
+Status DeviceAllreduce::enqueue(const OpArgs& args) {
+  const Response& r = args.response;
+  const std::vector<TensorEntry*>& entries = args.entries;
+  const bool fp16 = compressed(r);
+  const DataType wire = fp16 ? DataType::kFloat16 : r.dtype;
+  const size_t welem = dtype_size(wire), elem = dtype_size(r.dtype);
+  const int64_t total = total_elements(r);
+  const ReduceOp op = effective_op(r.reduce_op);
+  const double pre = r.prescale, post = effective_postscale(r, ctx().mpi().size());
+  cudaStream_t stream = ctx().stream();
+
+  if (!fp16 && entries.size() == 1 && entries[0] != nullptr && granularity() == 1) {
+    // One tensor: reduce in the output itself, no trip through the fusion buffer.
+    TensorEntry& e = *entries[0];
+    void* out = e.output.data;
+    if (pre != 1.0) {
+      CopyTask t{out, e.input.data, total};
+      HVL_CUDA_CHECK(batched_scale_copy(&t, 1, r.dtype, pre, stream));
+    } else if (out != e.input.data && total > 0) {
+      HVL_CUDA_CHECK(cudaMemcpyAsync(out, e.input.data, total * elem, cudaMemcpyDeviceToDevice, stream));
+    }
+    HVL_RETURN_IF_ERROR(reduce(out, total, r.dtype, op));
+    HVL_CUDA_CHECK(scale(out, total, r.dtype, post, stream));
+    e.handle->set_output(e.output);
+    return Status::OK();
+  }
+
+  // The fused layout: every tensor at an aligned offset, the whole padded to the
+  // algorithm's granularity (the same on every rank).
+  const FusionLayout layout(r, kAlignBytes / static_cast<int64_t>(welem), granularity());
+  Status s;
+  char* buf = static_cast<char*>(ctx().fusion(layout.elements() * welem, &s));
+  if (buf == nullptr) return s;
+  std::vector<std::pair<void*, int64_t>> zeros;
+  const std::vector<CopyTask> in = layout.pack(entries, buf, welem, &zeros);
+  for (const auto& z : zeros) HVL_CUDA_CHECK(cudaMemsetAsync(z.first, 0, z.second, stream));
+  const int nin = static_cast<int>(in.size());
+  HVL_CUDA_CHECK(fp16 ? batched_to_half(in.data(), nin, r.dtype, pre, stream)
+                      : batched_scale_copy(in.data(), nin, r.dtype, pre, stream));
+  HVL_RETURN_IF_ERROR(reduce(buf, layout.elements(), wire, op));
+  const std::vector<CopyTask> out = layout.unpack(entries, buf, welem);
+  const int nout = static_cast<int>(out.size());
+  HVL_CUDA_CHECK(fp16 ? batched_from_half(out.data(), nout, r.dtype, post, stream)
+                      : batched_scale_copy(out.data(), nout, r.dtype, post, stream));
+  publish_outputs(entries);
+  return Status::OK();
+}
+
+}  // namespace cuda
+}  // namespace horovodlite

@@ -1,0 +1,159 @@
+#include "ops/host_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/reduce.h"
+#include "op_util.h"
+#include "ops/fusion.h"
+
+namespace horovodlite {
+
+namespace {
+
+bool compressed(const Response& r) {
+  return r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
+}
+
+int64_t total_elements(const Response& r) {
+  return std::accumulate(r.tensor_sizes.begin(), r.tensor_sizes.end(), int64_t(0));
+}
+
+// src (float32 or float64) * factor -> fp16. Scaling happens before the
+// conversion, so that a predivide factor can keep large values within fp16 range.
+void to_half(uint16_t* dst, const void* src, int64_t n, DataType dtype, double factor) {
+  if (factor == 1.0) {
+    if (dtype == DataType::kFloat32) kernels::float_to_half_n(dst, static_cast<const float*>(src), n);
+    else kernels::double_to_half_n(dst, static_cast<const double*>(src), n);
+    return;
+  }
+  constexpr int64_t kChunk = 2048;
+  double scratch[kChunk];
+  const size_t elem = dtype_size(dtype);
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    kernels::scale_copy(scratch, static_cast<const char*>(src) + i * elem, m, dtype, factor);
+    if (dtype == DataType::kFloat32) kernels::float_to_half_n(dst + i, reinterpret_cast<const float*>(scratch), m);
+    else kernels::double_to_half_n(dst + i, scratch, m);
+  }
+}
+
+// fp16 -> dst (float32 or float64), then * factor in the destination precision.
+void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double factor) {
+  if (dtype == DataType::kFloat32) kernels::half_to_float_n(static_cast<float*>(dst), src, n);
+  else kernels::half_to_double_n(static_cast<double*>(dst), src, n);
+  if (factor != 1.0) kernels::scale(dst, n, dtype, factor);
+}
+
+void zero_fill(const std::vector<std::pair<void*, int64_t>>& zeros) {
+  for (const auto& z : zeros) std::memset(z.first, 0, static_cast<size_t>(z.second));
+}
+
+}  // namespace
+
+bool HostAllreduce::enabled(const Response& r) const {
+  const int64_t elem = compressed(r) ? 2 : static_cast<int64_t>(dtype_size(r.dtype));
+  return accepts(r.dtype, effective_op(r.reduce_op), total_elements(r) * elem);
+}
+
+OpResult HostAllreduce::run(const OpArgs& args) {
+  // fp16 compression: an algorithm with an fp16-on-the-wire mode takes the
+  // float32/float64 data as it is; otherwise the data is converted to an fp16
+  // buffer and reduced as fp16.
+  const bool via_fp16_buffer = compressed(args.response) && !fp16_wire();
+  return OpResult{via_fp16_buffer ? allreduce_fp16(args) : allreduce(args), name()};
+}
+
+Status HostAllreduce::allreduce(const OpArgs& args) {
+  const Response& r = args.response;
+  const std::vector<TensorEntry*>& entries = args.entries;
+  const size_t elem = dtype_size(r.dtype);
+  const int64_t total = total_elements(r);
+  const double pre = r.prescale;
+  const double post = effective_postscale(r, mpi_.size());
+  const ReduceOp op = effective_op(r.reduce_op);
+  const bool wire16 = compressed(r);
+  auto reduce_buffer = [&](const void* in, void* out, double postscale) {
+    return wire16 ? reduce_fp16_wire(in, out, total, r.dtype, op, postscale)
+                  : reduce(in, out, total, r.dtype, op, postscale);
+  };
+
+  if (r.tensor_sizes.size() == 1) {
+    // One tensor: reduced from its input straight into its output (the
+    // algorithm reads the input and writes the output once; the postscale is
+    // applied on the way), no copy through the fusion buffer. Every rank takes
+    // this path with the same postscale (an algorithm may apply it on one rank
+    // for all): a joined rank reduces zeros in the fusion buffer.
+    const void* in = nullptr;
+    void* out = nullptr;
+    TensorEntry* e = entries.empty() ? nullptr : entries[0];
+    if (e != nullptr) {
+      in = e->input.data;
+      out = e->output.data;
+    } else {
+      out = fusion_->get(std::max<size_t>(total * elem, 1));
+      if (out == nullptr) return Status::Internal("out of memory allocating a fusion buffer");
+      std::memset(out, 0, total * elem);
+      in = out;
+    }
+    if (pre != 1.0) {
+      kernels::scale_copy(out, in, total, r.dtype, pre);
+      in = out;
+    }
+    {
+      ObservedPhase phase(args.observer, r, name());
+      HVL_RETURN_IF_ERROR(reduce_buffer(in, out, post));
+    }
+    if (e != nullptr) e->handle->set_output(e->output);
+    return Status::OK();
+  }
+
+  const FusionLayout layout(r);
+  char* buf = static_cast<char*>(fusion_->get(std::max<size_t>(total * elem, 1)));
+  if (buf == nullptr) return Status::Internal("out of memory allocating a fusion buffer of " +
+                                              std::to_string(total * elem) + " bytes");
+  {
+    ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");
+    std::vector<std::pair<void*, int64_t>> zeros;
+    for (const CopyTask& t : layout.pack(entries, buf, elem, &zeros))
+      kernels::scale_copy(t.dst, t.src, t.count, r.dtype, pre);
+    zero_fill(zeros);
+  }
+  {
+    ObservedPhase phase(args.observer, r, name());
+    HVL_RETURN_IF_ERROR(reduce_buffer(buf, buf, 1.0));  // the postscale is applied while copying out
+  }
+  ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
+  for (const CopyTask& t : layout.unpack(entries, buf, elem)) kernels::scale_copy(t.dst, t.src, t.count, r.dtype, post);
+  publish_outputs(entries);
+  return Status::OK();
+}
+
+Status HostAllreduce::allreduce_fp16(const OpArgs& args) {
+  const Response& r = args.response;
+  const int64_t total = total_elements(r);
+  const ReduceOp op = effective_op(r.reduce_op);
+  uint16_t* wire = static_cast<uint16_t*>(fusion_->get(std::max<size_t>(total * 2, 1)));
+  if (wire == nullptr) return Status::Internal("out of memory allocating an fp16 fusion buffer");
+  const FusionLayout layout(r);
+  {
+    ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");  // with the conversion to fp16
+    std::vector<std::pair<void*, int64_t>> zeros;
+    for (const CopyTask& t : layout.pack(args.entries, wire, 2, &zeros))
+      to_half(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, r.prescale);
+    zero_fill(zeros);
+  }
+  {
+    ObservedPhase phase(args.observer, r, name());
+    HVL_RETURN_IF_ERROR(reduce(wire, wire, total, DataType::kFloat16, op, 1.0));
+  }
+  const double post = effective_postscale(r, mpi_.size());
+  ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
+  for (const CopyTask& t : layout.unpack(args.entries, wire, 2))
+    from_half(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
+  publish_outputs(args.entries);
+  return Status::OK();
+}
+
+}  // namespace horovodlite

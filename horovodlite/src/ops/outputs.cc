@@ -1,0 +1,55 @@
+#include "ops/outputs.h"
+
+#include <climits>
+
+#include "horovodlite/horovodlite.h"
+#include "mpi_context.h"
+#include "op_util.h"
+
+namespace horovodlite {
+
+std::vector<int64_t> allgather_counts(const Response& r, const Shape& input_shape) {
+  const int64_t row = row_elements(input_shape);
+  std::vector<int64_t> counts(r.tensor_sizes.size());
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = r.tensor_sizes[i] * row;
+  return counts;
+}
+
+std::vector<int64_t> reducescatter_counts(const Shape& shape, int size) {
+  const int64_t row = row_elements(shape);
+  std::vector<int64_t> counts(size);
+  for (int i = 0; i < size; ++i) counts[i] = reducescatter_rows(shape[0], size, i) * row;
+  return counts;
+}
+
+Status exchange_splits(const TensorEntry& e, MPI_Comm comm, std::vector<int64_t>* received) {
+  int size = 0;
+  HVL_MPI_CHECK(MPI_Comm_size(comm, &size));
+  received->assign(size, 0);
+  HVL_MPI_CHECK(MPI_Alltoall(e.splits.data(), 1, MPI_INT64_T, received->data(), 1, MPI_INT64_T, comm));
+  return Status::OK();
+}
+
+Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts, std::vector<int>* out,
+                     std::vector<int>* displs) {
+  out->resize(counts.size());
+  displs->resize(counts.size());
+  int64_t off = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] > INT_MAX || off > INT_MAX) {
+      return Status::InvalidArgument("tensor '" + name + "' is too large for this collective: MPI counts and offsets "
+                                     "are limited to 2^31-1 elements per rank");
+    }
+    (*out)[i] = static_cast<int>(counts[i]);
+    (*displs)[i] = static_cast<int>(off);
+    off += counts[i];
+  }
+  return Status::OK();
+}
+
+Status allocate_output(TensorEntry& e, const Shape& shape, MPI_Comm comm, Status local, TensorView* out) {
+  if (local.ok()) local = e.allocate(shape, out);
+  return agree_across_ranks(comm, local, e.request.name, "its output was too large or could not be allocated");
+}
+
+}  // namespace horovodlite
