@@ -40,7 +40,7 @@ run_kind() {
   local kind=$1 dir=$2 t0 t1
   # Under TSan, Open MPI 4.1's MPI_Init segfaults (inside Open MPI) when run with
   # "--mca btl ^openib"; the default BTL selection works. ASan is fine with it.
-  if [ "$kind" = address ]; then MPIRUN+=(--mca btl ^openib); fi
+  if [ "$kind" = address ]; then MPIRUN+=(--mca btl ^openib,ofi --mca mtl ^ofi); fi
   t0=$(date +%s)
   build_kind "$kind" "$dir" core_tests message_tests reliability_tests fuzz_messages_replay
   t1=$(date +%s)
@@ -62,7 +62,7 @@ run_kind() {
 # core_ring_np2) and the ring suite.
 run_ci() {
   local dir=build-asan t0 t1
-  MPIRUN+=(--mca btl ^openib)
+  MPIRUN+=(--mca btl ^openib,ofi --mca mtl ^ofi)
   t0=$(date +%s)
   build_kind address "$dir" core_tests ring_tests message_tests fuzz_messages_replay
   t1=$(date +%s)
