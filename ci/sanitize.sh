@@ -3,9 +3,11 @@
 # (build-asan) and ThreadSanitizer (build-tsan), and runs them under mpirun with
 # 2 and 3 ranks. Suppressions for Open MPI's internals: ci/sanitizers/*.supp
 # (each entry explained there and in docs/reliability.md).
-#   ci/sanitize.sh [address|thread|all=all]
-# Takes long on a small machine (see docs/reliability.md for measured times), so
-# it is a documented script rather than part of the CI test command.
+#   ci/sanitize.sh [address|thread|all|ci]   (default: all)
+# address/thread/all: the full runs (core and reliability suites at 2 and 3 ranks).
+# ci: the pass CI runs (ci/test.sh, through .ci/run): ASan+UBSan only, over the
+#   core suite (MPI and ring allreduce paths) and the ring suite at 2 ranks, plus
+#   the message tests and the fuzz corpus replay. Measured times: docs/reliability.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WHICH=${1:-all}
@@ -25,15 +27,22 @@ MPIRUN=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 # Suites: the core's, and the reliability suite (stall, timeline, bad input).
 RELIABILITY_FILTER='Stall.*:Timeline.*:BadInput.*:Config.*'
 
+# Configures and builds the sanitized targets into $ROOT/<dir>.
+build_kind() {
+  local kind=$1 dir=$2
+  shift 2
+  cmake -S "$ROOT" -B "$ROOT/$dir" -DHVL_SANITIZE="$kind" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DHVL_WITH_TORCH=OFF -DHVL_WITH_PYTHON=OFF -DHVL_BUILD_BENCH=OFF >/dev/null
+  cmake --build "$ROOT/$dir" -j"$JOBS" --target "$@"
+}
+
 run_kind() {
   local kind=$1 dir=$2 t0 t1
   # Under TSan, Open MPI 4.1's MPI_Init segfaults (inside Open MPI) when run with
   # "--mca btl ^openib"; the default BTL selection works. ASan is fine with it.
-  if [ "$kind" = address ]; then MPIRUN+=(--mca btl ^openib); fi
+  if [ "$kind" = address ]; then MPIRUN+=(--mca btl ^openib,ofi --mca mtl ^ofi); fi
   t0=$(date +%s)
-  cmake -S "$ROOT" -B "$ROOT/$dir" -DHVL_SANITIZE="$kind" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DHVL_WITH_TORCH=OFF -DHVL_WITH_PYTHON=OFF -DHVL_BUILD_BENCH=OFF >/dev/null
-  cmake --build "$ROOT/$dir" -j"$JOBS" --target core_tests message_tests reliability_tests fuzz_messages_replay
+  build_kind "$kind" "$dir" core_tests message_tests reliability_tests fuzz_messages_replay
   t1=$(date +%s)
   echo "== $kind: build took $((t1 - t0)) s"
   "$ROOT/$dir/tests/core/message_tests" >/dev/null
@@ -48,9 +57,33 @@ run_kind() {
   echo "== $kind: clean; tests took $(( $(date +%s) - t1 )) s"
 }
 
+# The CI pass: ASan+UBSan, 2 ranks, the core suite on both host allreduce paths
+# (MPI, and every allreduce on the pipelined ring with small segments, as CTest's
+# core_ring_np2) and the ring suite.
+run_ci() {
+  local dir=build-asan t0 t1
+  MPIRUN+=(--mca btl ^openib,ofi --mca mtl ^ofi)
+  t0=$(date +%s)
+  build_kind address "$dir" core_tests ring_tests message_tests fuzz_messages_replay
+  t1=$(date +%s)
+  echo "== ci (address): build took $((t1 - t0)) s"
+  "$ROOT/$dir/tests/core/message_tests" >/dev/null
+  "$ROOT/$dir/tests/reliability/fuzz_messages_replay" "$ROOT/fuzz/corpus"
+  echo "== ci (address): core_tests np 2"
+  "${MPIRUN[@]}" -np 2 "$ROOT/$dir/tests/core/core_tests" --gtest_brief=1
+  echo "== ci (address): core_tests np 2, ring allreduce"
+  HOROVODLITE_RING_THRESHOLD=0 HOROVODLITE_RING_SEGMENT_BYTES=4096 \
+    "${MPIRUN[@]}" -x HOROVODLITE_RING_THRESHOLD -x HOROVODLITE_RING_SEGMENT_BYTES -np 2 \
+    "$ROOT/$dir/tests/core/core_tests" --gtest_brief=1
+  echo "== ci (address): ring_tests np 2"
+  "${MPIRUN[@]}" -np 2 "$ROOT/$dir/tests/ring/ring_tests" --gtest_brief=1
+  echo "== ci (address): clean; tests took $(( $(date +%s) - t1 )) s"
+}
+
 case "$WHICH" in
+  ci) run_ci ;;
   address) run_kind address build-asan ;;
   thread) run_kind thread build-tsan ;;
   all) run_kind address build-asan; run_kind thread build-tsan ;;
-  *) echo "usage: $0 [address|thread|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [address|thread|all|ci]" >&2; exit 2 ;;
 esac

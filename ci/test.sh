@@ -35,4 +35,10 @@ if [ "$WHICH" != pypi ]; then
   fi
 fi
 t2=$(date +%s)
-echo "== ci/test.sh: passed (PyPI torch $((t1 - t0)) s, Debian torch $((t2 - t1)) s)"
+# ASan+UBSan over the core and ring suites at 2 ranks (HVL_TEST_SANITIZE=0 skips it).
+if [ "${HVL_TEST_SANITIZE:-1}" != 0 ]; then
+  echo "== ci/test.sh: ASan+UBSan (ci/sanitize.sh ci)"
+  bash ci/sanitize.sh ci
+fi
+t3=$(date +%s)
+echo "== ci/test.sh: passed (PyPI torch $((t1 - t0)) s, Debian torch $((t2 - t1)) s, sanitizers $((t3 - t2)) s)"

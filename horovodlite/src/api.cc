@@ -8,6 +8,7 @@
 
 #include "algorithms.h"
 #include "horovodlite/horovodlite.h"
+#include "job_failure.h"
 #include "logging.h"
 #include "op_util.h"
 #include "runtime.h"
@@ -26,8 +27,11 @@ std::once_flag g_atexit_once;
 // Runs at process exit (before MPI is finalized: registered after it, and atexit
 // handlers run in reverse order). A process leaving while initialised would
 // otherwise finalize MPI under the background thread, and the other ranks would
-// wait for it for ever; instead its peers are told which rank left.
+// wait for it for ever; instead its peers are told which rank left. After a
+// failure that left the peers out of step, the job is ended instead (they may
+// never reach another negotiation cycle).
 void shutdown_at_exit() {
+  abort_job_if_failed();
   std::shared_ptr<Runtime> rt;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -144,6 +148,11 @@ Status init(const InitOptions& options) {
   if (g_runtime) return Status::OK();
   std::shared_ptr<Runtime> rt;
   HVL_RETURN_IF_ERROR(Runtime::start(options, &rt));
+  clear_job_failure();  // init is collective: every rank is in step again
+  // Generated names restart with the runtime, in step on every rank even if an op
+  // was abandoned or failed on some ranks only before.
+  g_noname = 0;
+  g_barrier = 0;
   g_runtime = std::move(rt);
   std::call_once(g_atexit_once, [] { std::atexit(shutdown_at_exit); });
   return Status::OK();
@@ -157,6 +166,10 @@ Status shutdown() {
   }
   if (!rt) return Status::OK();
   return rt->stop();
+}
+
+void request_shutdown() {
+  if (auto rt = current()) rt->request_stop();
 }
 
 bool is_initialized() { return current() != nullptr; }

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "horovodlite/horovodlite.h"
 #include "kernels/reduce.h"
 #include "logging.h"
 
@@ -14,9 +15,12 @@ namespace horovodlite {
 namespace {
 
 // MPI must be finalized once, at process exit, and only if we initialised it:
-// finalizing in shutdown() would make a later init() impossible.
+// finalizing in shutdown() would make a later init() impossible. After a failure
+// that left the other ranks out of step, MPI_Finalize would wait for them for
+// ever: the job is ended instead (job_failure.h).
 std::once_flag g_finalize_once;
 void finalize_at_exit() {
+  abort_job_if_failed();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "job_failure.h"
 #include "logging.h"
 
 namespace horovodlite {
@@ -76,6 +77,14 @@ Status Runtime::stop(bool exiting) {
   mpi_.release();
   std::lock_guard<std::mutex> lock(mu_);
   return stop_reason_.code() == StatusCode::kAborted ? Status::OK() : stop_reason_;
+}
+
+void Runtime::request_stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_requested_ = true;
+  }
+  cv_.notify_all();
 }
 
 Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
@@ -174,6 +183,7 @@ bool Runtime::cycle() {
   Controller::Output out;
   const Status s = controller_->compute_responses(std::move(in), &out);
   if (!s.ok()) {
+    record_job_failure(s.message());  // (before waking the waiters) exit must not wait for unreachable peers
     abort_all(s);
     return false;
   }
@@ -192,7 +202,8 @@ std::string Runtime::shutdown_message(const std::vector<int>& requesters, const 
            " exited without calling horovodlite::shutdown()";
   }
   if (!stall_reason_.empty()) return "horovodlite has been shut down after a stall: " + stall_reason_;
-  return "horovodlite has been shut down (shutdown() was called on rank(s) " + rank_list(requesters) + ")";
+  return "horovodlite has been shut down (shutdown() was called, or a wait was interrupted, on rank(s) " +
+         rank_list(requesters) + ")";
 }
 
 bool Runtime::find_local(const std::string& name, Request* request, Clock::time_point* enqueued) {
@@ -242,8 +253,11 @@ void Runtime::run(const Response& r, Clock::time_point ready) {
       }
     }
   }
-  if (r.type == OpType::kError && r.error_code == StatusCode::kAborted && stall_reason_.empty()) {
-    stall_reason_ = r.error_message;  // a stall shutdown follows in the next cycle
+  if (r.type == OpType::kError && r.error_code == StatusCode::kAborted) {
+    // A stall: a peer may be stuck in its own code, so exit must not wait for it
+    // (recorded before the waiters wake: they may exit at once).
+    record_job_failure(r.error_message);
+    if (stall_reason_.empty()) stall_reason_ = r.error_message;  // a stall shutdown follows in the next cycle
   }
   ++counters_.responses_executed;
   if (r.names.size() > 1) counters_.fused_tensors += r.names.size();

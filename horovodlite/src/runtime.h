@@ -37,6 +37,8 @@ class Runtime {
   // exiting: the process is exiting without shutdown(); the other ranks' ops
   // fail with a message naming this rank.
   Status stop(bool exiting = false);
+  // Asks every rank to stop (through the next cycle) without waiting.
+  void request_stop();
   // Whether the runtime has stopped (shut down here or by a peer, or failed).
   bool stopped() {
     std::lock_guard<std::mutex> lock(mu_);

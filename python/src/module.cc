@@ -8,8 +8,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,8 +55,55 @@ ReduceOp to_reduce_op(int op) {
   return static_cast<ReduceOp>(op);
 }
 
+// How often a wait from Python wakes to run Python's signal handlers.
+constexpr std::chrono::milliseconds kSignalCheckInterval{100};
+
+// The wait for `core` was interrupted (a signal handler raised, e.g.
+// KeyboardInterrupt on Ctrl-C) before the op completed. The op cannot be
+// withdrawn from the other ranks (they may have submitted it, or be running it),
+// and leaving it in flight would let it complete later into a tensor the program
+// has moved on from. So horovodlite shuts down on every rank, cleanly, through
+// the next negotiation cycle: this op and every op in flight fail with
+// HorovodInternalError, later ops too, until shutdown() and init() start afresh
+// (docs/reliability.md, "Interrupting a wait").
+void abandon(const HandlePtr& core) {
+  std::fprintf(stderr,
+               "[horovodlite warning rank %d] the wait for '%s' was interrupted; the operation cannot be withdrawn "
+               "from the other ranks, so horovodlite shuts down on every rank (operations in flight fail; call "
+               "shutdown() and init() to start again)\n",
+               horovodlite::rank(), core->name().c_str());
+  std::fflush(stderr);
+  horovodlite::request_shutdown();
+}
+
+// Waits for `core` without the GIL, at most until `deadline` (nullopt: until it
+// completes), waking every kSignalCheckInterval to run Python's signal handlers
+// with the GIL. If a handler raises, abandons the op and raises that exception.
+// Returns whether the op completed.
+bool wait_checking_signals(const HandlePtr& core, std::optional<std::chrono::steady_clock::time_point> deadline) {
+  using Clock = std::chrono::steady_clock;
+  while (true) {
+    auto slice = kSignalCheckInterval;
+    if (deadline) {
+      const Clock::time_point now = Clock::now();
+      if (now >= *deadline) return core->poll();
+      slice = std::min(slice, std::chrono::ceil<std::chrono::milliseconds>(*deadline - now));
+    }
+    {
+      py::gil_scoped_release release;
+      core->wait(slice);  // returns as soon as the op completes
+    }
+    if (core->poll()) return true;
+    if (PyErr_CheckSignals() != 0) {
+      if (!core->poll()) abandon(core);
+      throw py::error_already_set();
+    }
+  }
+}
+
 // An AsyncHandle as Python sees it. synchronize() waits without the GIL so that
-// other Python threads (and the background thread's completion callbacks) run.
+// other Python threads (and the background thread's completion callbacks) run,
+// and wakes every 100 ms to let Python handle signals (Ctrl-C).
 class PyHandle {
  public:
   // Errors the core reports at enqueue time (duplicate name, bad argument, not
@@ -79,19 +128,16 @@ class PyHandle {
   bool poll() const { return handle_.poll(); }
 
   at::Tensor synchronize() const {
-    {
-      py::gil_scoped_release release;
-      // Wait for completion without the GIL; errors are raised below, with it.
-      handle_.core_handle()->wait();
-    }
+    // Wait for completion without the GIL; errors are raised below, with it.
+    wait_checking_signals(handle_.core_handle(), std::nullopt);
     // Completion is now known, so this does not block; it runs the finisher
     // (copy back into non-contiguous in-place targets) and throws on failure.
     return handle_.synchronize();
   }
 
   bool wait(double timeout_s) const {
-    py::gil_scoped_release release;
-    return handle_.wait_for(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0)));
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+    return wait_checking_signals(handle_.core_handle(), std::chrono::steady_clock::now() + timeout);
   }
 
   std::string name() const { return handle_.name(); }
@@ -273,7 +319,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("reducescatter_async", &reducescatter_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
         py::arg("prescale_factor"), py::arg("postscale_factor"));
   m.def("join_async", []() { return PyHandle(hvt::join_async()); });
-  m.def("barrier", &hvt::barrier, py::call_guard<py::gil_scoped_release>());
+  m.def("barrier", []() { PyHandle(hvt::AsyncHandle(horovodlite::barrier_async(), nullptr)).synchronize(); });
+  m.def("abort_job_if_failed", &horovodlite::abort_job_if_failed);
+  // Python's exit handlers run before MPI is finalized (by horovodlite's C
+  // at-exit handler, or by mpi4py's Py_AtExit one): after a failure that left the
+  // other ranks out of step, end the job there instead of waiting for them.
+  py::module_::import("atexit").attr("register")(m.attr("abort_job_if_failed"));
   m.def("reducescatter_rows", &horovodlite::reducescatter_rows, py::arg("dim0"), py::arg("world_size"),
         py::arg("rank"));
 }

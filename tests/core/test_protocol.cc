@@ -1,6 +1,7 @@
 // The negotiation protocol: enqueue order, mismatches, duplicate names, fusion,
 // the response cache, join, configuration, shutdown and re-init.
 #include <algorithm>
+#include <future>
 #include <thread>
 
 #include "test_util.h"
@@ -186,15 +187,34 @@ TEST(Protocol, DuplicateNameInFlightIsAnError) {
     EXPECT_EQ(s2.code(), StatusCode::kDuplicateName);
     EXPECT_NE(s2.message().find("'dup'"), std::string::npos);
   }
-  // Deterministic case: an op only this rank enqueued stays in flight until the
-  // others join in. With one rank nothing waits for others: the first op may
-  // have completed before the second is enqueued.
-  if (size < 2) return;
-  std::vector<float> x(3, 1.0f);
-  HandlePtr first = sum_async("dup.pending", x);
-  HandlePtr again = sum_async("dup.pending", x);
-  EXPECT_EQ(again->wait().code(), StatusCode::kDuplicateName);
+  // Deterministic case, at any number of ranks: the first op's output allocator
+  // (called on the background thread while the op executes, before the op leaves
+  // the table of ops in flight) waits until this thread has enqueued the
+  // duplicate. (Waiting for other ranks to submit is not enough: at one rank, or
+  // once every rank has enqueued its first op, the op may complete before the
+  // duplicate is enqueued.)
+  int32_t x = horovodlite::rank();
+  std::unique_ptr<Buffer> out;
+  std::promise<void> enqueued;
+  std::shared_future<void> go = enqueued.get_future().share();
+  OutputAllocator allocate = allocate_into(&out, DataType::kInt32);
+  OutputAllocator blocking = [go, allocate](const Shape& shape, TensorView* view) {
+    go.wait();
+    return allocate(shape, view);
+  };
+  const TensorView xv{&x, DataType::kInt32, {1}};
+  HandlePtr first = allgather_async("dup.pending", xv, blocking);
+  HandlePtr again = allgather_async("dup.pending", xv, allocate_into(&out, DataType::kInt32));
+  const bool rejected_at_enqueue = again->poll();  // never waits: a wrong answer must not hang the test
+  const Status s_again = again->status();
+  enqueued.set_value();
   HVL_ASSERT_OK(first->wait());
+  if (!rejected_at_enqueue) again->wait(std::chrono::seconds(60));  // do not leave it writing into `out`
+  EXPECT_TRUE(rejected_at_enqueue);
+  EXPECT_EQ(s_again.code(), StatusCode::kDuplicateName) << s_again.to_string();
+  EXPECT_NE(s_again.message().find("'dup.pending'"), std::string::npos) << s_again.message();
+  ASSERT_EQ(out->shape(), Shape{horovodlite::size()});
+  for (int r = 0; r < horovodlite::size(); ++r) EXPECT_EQ(out->get(r), r);
 }
 
 TEST(Protocol, WaitWithTimeout) {

@@ -39,6 +39,24 @@ Status init(const InitOptions& options = {});
 Status shutdown();
 bool is_initialized();
 
+// Asks every rank to shut down (through the next negotiation cycle) and returns
+// at once: ops in flight then fail with kAborted on every rank. For a waiter that
+// gives up on an op it cannot withdraw from the other ranks (Ctrl-C in Python);
+// shutdown() still has to be called before init() can start afresh.
+void request_shutdown();
+
+// The exit code of a job ended by abort_job_if_failed().
+constexpr int kJobFailureExitCode = 1;
+// After a failure that leaves the other ranks out of step with this one (a stall
+// shutdown: a peer is stuck in its own code; lost contact with a peer), exiting
+// normally would wait for them in MPI_Finalize for ever. This then prints the
+// reason on stderr and ends the whole job with MPI_Abort (mpirun exits non-zero);
+// otherwise it returns at once. horovodlite calls it at process exit; a program
+// that initialised MPI itself must call it before its own MPI_Finalize (horovodlite
+// cannot run before that). A successful init() clears the failure. See
+// docs/reliability.md.
+void abort_job_if_failed();
+
 // -1 when not initialised.
 int rank();
 int size();
