@@ -64,8 +64,11 @@ def test_mismatch_inside_a_group_fails_every_member(rank, size):
     assert "Mismatched shapes for tensor 'py.group.bad.1'" in msg
     for r in range(size):
         assert "rank %d:" % r in msg
-    # Every member completed with the error (none is left in flight).
-    assert all(p.poll() for p in handle._parts)
+    # Every member fails with the group's error (none is left in flight).
+    for part in handle._parts:
+        with pytest.raises(RuntimeError) as member:
+            part.synchronize()
+        assert "Mismatched shapes for tensor 'py.group.bad.1'" in str(member.value)
 
 
 @pytest.mark.skipif(hvd.size() < 2, reason="needs two ranks to disagree")
