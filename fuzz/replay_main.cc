@@ -44,6 +44,10 @@ int make_seeds(const fs::path& dir) {
   c.root = 2;
   c.prescale = 0.5;
   c.device = 0;
+  Request d = a;  // a member of a grouped allreduce
+  d.name = "grad.group.0";
+  d.group_id = group_id_of({"grad.group.0", "grad.group.1"});
+  d.group_size = 2;
   std::string s;
   encode_requests({}, &s);
   write_seed(dir, "requests_empty", 0, s);
@@ -51,7 +55,7 @@ int make_seeds(const fs::path& dir) {
   encode_requests({a}, &s);
   write_seed(dir, "requests_one", 0, s);
   s.clear();
-  encode_requests({a, b, c}, &s);
+  encode_requests({a, b, c, d}, &s);
   write_seed(dir, "requests_three", 0, s);
 
   Response r;
@@ -68,6 +72,8 @@ int make_seeds(const fs::path& dir) {
   g.names = {"g"};
   g.tensor_sizes = {1, 2, 3, 4};
   g.shape = {2, 5};
+  g.group_id = 7;
+  g.group_size = 3;
   Response j;
   j.type = OpType::kJoin;
   j.names = {"horovodlite.join"};

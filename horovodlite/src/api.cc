@@ -1,9 +1,11 @@
 // The public API: validates arguments locally (a clear error naming the tensor,
 // before anything reaches other ranks) and hands entries to the runtime.
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 
 #include "algorithms.h"
@@ -240,14 +242,16 @@ Status check_allreduce_output(const std::string& name, const TensorView& input, 
   return Status::OK();
 }
 
-HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, const TensorView& output,
-                          const AllreduceOptions& options, ReadyEventPtr ready) {
-  const std::string name = auto_name(name_in, "allreduce");
+namespace {
+
+// The checked entries of the data ops (the single and the grouped forms share them).
+Status allreduce_entry(const std::string& name, const TensorView& input, const TensorView& output,
+                       const AllreduceOptions& options, ReadyEventPtr ready, std::unique_ptr<TensorEntry>* out) {
   Status s = check_tensor(name, input, "input");
   if (s.ok()) s = check_tensor(name, output, "output");
   if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
   if (s.ok()) s = check_allreduce_output(name, input, output);
-  if (!s.ok()) return failed(name, s);
+  HVL_RETURN_IF_ERROR(s);
   auto e = make_entry(OpType::kAllreduce, name, input, std::move(ready));
   e->output = output;
   e->request.reduce_op = options.op;
@@ -256,18 +260,149 @@ HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, c
   // Only floating-point tensors wider than fp16 are compressed; others travel as they are.
   const bool compressible = input.dtype == DataType::kFloat32 || input.dtype == DataType::kFloat64;
   e->request.compression = compressible ? options.compression : Compression::kNone;
-  return submit(std::move(e));
+  *out = std::move(e);
+  return Status::OK();
+}
+
+Status allgather_entry(const std::string& name, const TensorView& input, OutputAllocator allocate,
+                       ReadyEventPtr ready, std::unique_ptr<TensorEntry>* out) {
+  Status s = check_tensor(name, input, "input");
+  if (s.ok() && !allocate) s = Status::InvalidArgument("allgather '" + name + "' needs an output allocator");
+  HVL_RETURN_IF_ERROR(s);
+  auto e = make_entry(OpType::kAllgather, name, input, std::move(ready));
+  e->allocate = std::move(allocate);
+  *out = std::move(e);
+  return Status::OK();
+}
+
+Status reducescatter_entry(const std::string& name, const TensorView& input, OutputAllocator allocate,
+                           const ReducescatterOptions& options, ReadyEventPtr ready,
+                           std::unique_ptr<TensorEntry>* out) {
+  Status s = check_tensor(name, input, "input");
+  if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
+  if (s.ok() && !allocate) s = Status::InvalidArgument("reducescatter '" + name + "' needs an output allocator");
+  if (s.ok() && input.shape.empty()) {
+    s = Status::InvalidArgument("reducescatter '" + name +
+                                "' needs a tensor with at least one dimension (dim 0 is split across ranks)");
+  }
+  HVL_RETURN_IF_ERROR(s);
+  auto e = make_entry(OpType::kReducescatter, name, input, std::move(ready));
+  e->allocate = std::move(allocate);
+  e->request.reduce_op = options.op;
+  e->request.prescale = options.prescale_factor;
+  e->request.postscale = options.postscale_factor;
+  *out = std::move(e);
+  return Status::OK();
+}
+
+HandlePtr submit_or_fail(const std::string& name, Status s, std::unique_ptr<TensorEntry> e) {
+  return s.ok() ? submit(std::move(e)) : failed(name, std::move(s));
+}
+
+// A grouped op: names (auto-named), the group's id, one entry per member from
+// make(i, name, ready, &entry); every handle fails if one member is bad.
+std::vector<HandlePtr> submit_group(
+    const char* op, std::vector<std::string> names, size_t count, size_t second_count, const char* second,
+    const std::vector<ReadyEventPtr>& ready, const std::vector<std::string>& group,
+    const std::function<Status(size_t, const std::string&, ReadyEventPtr, std::unique_ptr<TensorEntry>*)>& make) {
+  const std::string what = std::string("grouped_") + op;
+  auto fail_all = [&](const Status& s) {
+    std::vector<HandlePtr> handles;
+    for (size_t i = 0; i < std::max<size_t>(count, 1); ++i) handles.push_back(failed(i < names.size() ? names[i] : what, s));
+    return handles;
+  };
+  if (count == 0) return fail_all(Status::InvalidArgument(what + ": the list of tensors is empty"));
+  if (names.size() != count || second_count != count || (!ready.empty() && ready.size() != count)) {
+    return fail_all(Status::InvalidArgument(what + ": " + std::to_string(names.size()) + " names, " +
+                                            std::to_string(count) + " inputs, " + std::to_string(second_count) +
+                                            " " + second + " and " + std::to_string(ready.size()) +
+                                            " ready events; expected one of each per tensor (events: or none)"));
+  }
+  std::vector<std::string> members = group;
+  if (members.empty()) {
+    for (std::string& n : names) n = auto_name(n, op);
+    members = names;
+  } else {
+    for (const std::string& n : names) {
+      if (n.empty() || std::find(members.begin(), members.end(), n) == members.end()) {
+        return fail_all(Status::InvalidArgument(what + ": tensor '" + n + "' is not a member of the group given"));
+      }
+    }
+  }
+  std::vector<std::string> sorted = members;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i] == sorted[i - 1]) {
+      return fail_all(Status::InvalidArgument(what + ": the name '" + sorted[i] + "' appears twice in the group"));
+    }
+  }
+  const uint64_t id = group_id_of(members);
+  std::vector<std::unique_ptr<TensorEntry>> entries(count);
+  for (size_t i = 0; i < count; ++i) {
+    Status s = make(i, names[i], ready.empty() ? nullptr : ready[i], &entries[i]);
+    if (!s.ok()) return fail_all(s);
+    entries[i]->request.group_id = id;
+    entries[i]->request.group_size = static_cast<int32_t>(members.size());
+  }
+  auto rt = current();
+  if (!rt) {
+    return fail_all(Status::Precondition("horovodlite is not initialized (call init() first, or init() again "
+                                         "after shutdown()); cannot run " + what + " of '" + names[0] + "'"));
+  }
+  return rt->enqueue_group(std::move(entries));
+}
+
+}  // namespace
+
+HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, const TensorView& output,
+                          const AllreduceOptions& options, ReadyEventPtr ready) {
+  const std::string name = auto_name(name_in, "allreduce");
+  std::unique_ptr<TensorEntry> e;
+  Status s = allreduce_entry(name, input, output, options, std::move(ready), &e);
+  return submit_or_fail(name, std::move(s), std::move(e));
 }
 
 HandlePtr allgather_async(const std::string& name_in, const TensorView& input, OutputAllocator allocate,
                           ReadyEventPtr ready) {
   const std::string name = auto_name(name_in, "allgather");
-  Status s = check_tensor(name, input, "input");
-  if (s.ok() && !allocate) s = Status::InvalidArgument("allgather '" + name + "' needs an output allocator");
-  if (!s.ok()) return failed(name, s);
-  auto e = make_entry(OpType::kAllgather, name, input, std::move(ready));
-  e->allocate = std::move(allocate);
-  return submit(std::move(e));
+  std::unique_ptr<TensorEntry> e;
+  Status s = allgather_entry(name, input, std::move(allocate), std::move(ready), &e);
+  return submit_or_fail(name, std::move(s), std::move(e));
+}
+
+std::vector<HandlePtr> grouped_allreduce_async(const std::vector<std::string>& names,
+                                               const std::vector<TensorView>& inputs,
+                                               const std::vector<TensorView>& outputs,
+                                               const AllreduceOptions& options,
+                                               const std::vector<ReadyEventPtr>& ready,
+                                               const std::vector<std::string>& group) {
+  return submit_group("allreduce", names, inputs.size(), outputs.size(), "outputs", ready, group,
+                      [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
+                        return allreduce_entry(name, inputs[i], outputs[i], options, std::move(r), e);
+                      });
+}
+
+std::vector<HandlePtr> grouped_allgather_async(const std::vector<std::string>& names,
+                                               const std::vector<TensorView>& inputs,
+                                               const std::vector<OutputAllocator>& allocators,
+                                               const std::vector<ReadyEventPtr>& ready,
+                                               const std::vector<std::string>& group) {
+  return submit_group("allgather", names, inputs.size(), allocators.size(), "allocators", ready, group,
+                      [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
+                        return allgather_entry(name, inputs[i], allocators[i], std::move(r), e);
+                      });
+}
+
+std::vector<HandlePtr> grouped_reducescatter_async(const std::vector<std::string>& names,
+                                                   const std::vector<TensorView>& inputs,
+                                                   const std::vector<OutputAllocator>& allocators,
+                                                   const ReducescatterOptions& options,
+                                                   const std::vector<ReadyEventPtr>& ready,
+                                                   const std::vector<std::string>& group) {
+  return submit_group("reducescatter", names, inputs.size(), allocators.size(), "allocators", ready, group,
+                      [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
+                        return reducescatter_entry(name, inputs[i], allocators[i], options, std::move(r), e);
+                      });
 }
 
 HandlePtr broadcast_async(const std::string& name_in, const TensorView& tensor, int root_rank, ReadyEventPtr ready) {
@@ -336,20 +471,9 @@ HandlePtr alltoall_async(const std::string& name_in, const TensorView& input, co
 HandlePtr reducescatter_async(const std::string& name_in, const TensorView& input, OutputAllocator allocate,
                               const ReducescatterOptions& options, ReadyEventPtr ready) {
   const std::string name = auto_name(name_in, "reducescatter");
-  Status s = check_tensor(name, input, "input");
-  if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
-  if (s.ok() && !allocate) s = Status::InvalidArgument("reducescatter '" + name + "' needs an output allocator");
-  if (s.ok() && input.shape.empty()) {
-    s = Status::InvalidArgument("reducescatter '" + name +
-                                "' needs a tensor with at least one dimension (dim 0 is split across ranks)");
-  }
-  if (!s.ok()) return failed(name, s);
-  auto e = make_entry(OpType::kReducescatter, name, input, std::move(ready));
-  e->allocate = std::move(allocate);
-  e->request.reduce_op = options.op;
-  e->request.prescale = options.prescale_factor;
-  e->request.postscale = options.postscale_factor;
-  return submit(std::move(e));
+  std::unique_ptr<TensorEntry> e;
+  Status s = reducescatter_entry(name, input, std::move(allocate), options, std::move(ready), &e);
+  return submit_or_fail(name, std::move(s), std::move(e));
 }
 
 HandlePtr barrier_async() {

@@ -76,10 +76,33 @@ void Controller::mark_ready(const Request& q, int rank, Clock::time_point t) {
 void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
   const bool timeline_on = timeline_.active();
   const bool cache_on = cache_.capacity() > 0;
+  // A group all of whose members arrive in this batch may use the cache; one
+  // whose members come in several batches goes to full negotiation.
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> in_batch;  // id -> (count here, group size)
+  for (const Request& q : requests) {
+    if (q.group_id == 0) continue;
+    auto& [count, group_size] = in_batch[q.group_id];
+    ++count;
+    group_size = q.group_size;
+  }
+  std::unordered_set<uint64_t> split;
+  for (const auto& [id, sizes] : in_batch) {
+    const auto [count, group_size] = sizes;
+    auto partial = partial_groups_.find(id);
+    if (partial != partial_groups_.end()) {
+      split.insert(id);
+      partial->second -= count;
+      if (partial->second <= 0) partial_groups_.erase(partial);
+    } else if (count < group_size) {
+      split.insert(id);
+      partial_groups_[id] = group_size - count;
+    }
+  }
   for (Request& q : requests) {
     if (timeline_on) mark_ready(q, comm_.rank, now);
     if (q.type == OpType::kJoin) joined_ = true;
-    if (cache_on && q.type != OpType::kJoin && q.type != OpType::kBarrier) {
+    const bool whole_group = q.group_id == 0 || split.count(q.group_id) == 0;
+    if (cache_on && whole_group && q.type != OpType::kJoin && q.type != OpType::kBarrier) {
       pending_cached_.push_back(Waiting{std::move(q), now});
     } else {
       uncached_.push_back(std::move(q));
@@ -89,8 +112,12 @@ void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
 
 void Controller::vote(const Input& input, Clock::time_point now) {
   votes_.reset();
-  std::vector<Waiting> still;
+  std::vector<Waiting> still, grouped;
   for (Waiting& w : pending_cached_) {
+    if (w.request.group_id != 0) {
+      grouped.push_back(std::move(w));
+      continue;
+    }
     uint32_t pos = 0;
     switch (cache_.lookup(w.request, &pos)) {
       case ResponseCache::Lookup::kMiss:
@@ -114,10 +141,48 @@ void Controller::vote(const Input& input, Clock::time_point now) {
     }
   }
   pending_cached_.swap(still);
+  vote_groups(&grouped, now);
+  // A grouped name going to full negotiation must go there on every rank: its
+  // cached position (if any) becomes invalid everywhere.
+  for (const Request& q : uncached_) {
+    uint32_t pos = 0;
+    if (q.group_id != 0 && cache_.lookup(q, &pos) != ResponseCache::Lookup::kMiss) votes_.record_invalid(pos);
+  }
   if (input.shutdown || stall_shutdown_) votes_.record_shutdown(comm_.rank);
   if (input.exiting) votes_.record_exiting(comm_.rank);
   if (!uncached_.empty() || !stall_failures_.empty()) votes_.set(CacheCoordinator::kUncachedInQueue);
   if (joined_) votes_.set(CacheCoordinator::kJoined);
+}
+
+void Controller::vote_groups(std::vector<Waiting>* grouped, Clock::time_point now) {
+  // Each group here arrived whole (accept()); its members are in arrival order.
+  std::unordered_map<uint64_t, std::vector<Waiting*>> groups;
+  std::vector<uint64_t> order;
+  for (Waiting& w : *grouped) {
+    auto& members = groups[w.request.group_id];
+    if (members.empty()) order.push_back(w.request.group_id);
+    members.push_back(&w);
+  }
+  for (uint64_t id : order) {
+    std::vector<Waiting*>& members = groups[id];
+    std::vector<uint32_t> positions;
+    bool all_hit = true;
+    for (Waiting* w : members) {
+      uint32_t pos = 0;
+      if (cache_.lookup(w->request, &pos) != ResponseCache::Lookup::kHit || stall_.should_uncache(w->since, now)) {
+        all_hit = false;
+        break;
+      }
+      positions.push_back(pos);
+    }
+    if (all_hit) {
+      for (uint32_t pos : positions) votes_.record_hit(pos);
+      for (Waiting* w : members) pending_cached_.push_back(std::move(*w));
+    } else {
+      // vote() marks the members' cached positions invalid.
+      for (Waiting* w : members) uncached_.push_back(std::move(w->request));
+    }
+  }
 }
 
 std::vector<Response> Controller::take_cache_hits() {
@@ -130,8 +195,18 @@ std::vector<Response> Controller::take_cache_hits() {
   }
   if (cache_.capacity() == 0) return hits;
   for (uint32_t pos : votes_.invalid()) cache_.erase(pos);
+  const std::vector<uint32_t> positions = votes_.hits();
+  // A group's hits count only all together (a member's position may have been
+  // invalidated by another rank this cycle: the group then renegotiates).
+  std::unordered_map<uint64_t, int32_t> group_hits;
+  for (uint32_t pos : positions) {
+    const Response& r = cache_.peek(pos);
+    if (r.group_id != 0) ++group_hits[r.group_id];
+  }
   std::unordered_set<std::string> hit_names;
-  for (uint32_t pos : votes_.hits()) {
+  for (uint32_t pos : positions) {
+    const Response& peeked = cache_.peek(pos);
+    if (peeked.group_id != 0 && group_hits[peeked.group_id] < peeked.group_size) continue;
     const Response& r = cache_.get(pos);
     hit_names.insert(r.names[0]);
     hits.push_back(r);

@@ -7,6 +7,10 @@
 //   2. One bit-vector allreduce (CacheCoordinator) agrees on the cycle: shutdown,
 //      whether anyone needs full negotiation, whether a rank has joined, and which
 //      cached names every rank has pending (hits) or some rank saw change (invalid).
+//      A group (Request::group_id) takes the cache path only when all its members
+//      arrived here together and all hit; its hits count only when every member
+//      hit on every rank. Otherwise the group goes to full negotiation, marking
+//      its cached positions invalid so that every rank sends it there too.
 //   3. If needed, full negotiation: every rank's requests are gathered to rank 0,
 //      whose Coordinator declares names ready (or errors); the response list is
 //      broadcast, and its responses enter the cache, in the same order everywhere.
@@ -25,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cache_coordinator.h"
@@ -92,6 +97,9 @@ class Controller {
   // Rank 0: warns about stalled names; queues errors for names past the shutdown time.
   void inspect_stalls(Clock::time_point now);
   void mark_ready(const Request& request, int rank, Clock::time_point t);
+  // Votes for the members of each complete group in pending_cached_ together, or
+  // sends the group to full negotiation (any member missed the cache).
+  void vote_groups(std::vector<Waiting>* grouped, Clock::time_point now);
 
   const Communicator comm_;
   const Config& config_;
@@ -108,6 +116,9 @@ class Controller {
   std::vector<Response> stall_failures_;  // rank 0: errors to send with the next negotiation
   bool stall_shutdown_ = false;           // rank 0: stall errors go out, then every rank stops
   bool joined_ = false;                   // this rank has joined and awaits the join response
+  // Groups whose members were not all enqueued together: group id -> members
+  // still to come. Their members go to full negotiation (rank 0 holds them).
+  std::unordered_map<uint64_t, int32_t> partial_groups_;
   std::string send_buf_, recv_buf_;
 
   // Read by stats() on any thread.

@@ -34,7 +34,97 @@ void Coordinator::add(int rank, const std::vector<Request>& requests) {
     p.by_rank[rank] = q;
     p.by_rank[rank].rank = rank;
     ++p.count;
+    if (q.group_id != 0) {
+      Group& g = groups_[q.group_id];
+      if (g.size == 0) g.size = q.group_size;
+      if (std::find(g.members.begin(), g.members.end(), q.name) == g.members.end()) g.members.push_back(q.name);
+    }
   }
+}
+
+bool Coordinator::agreed_group(const std::string& name, const Pending& p, uint64_t* group, Response* err) const {
+  int first = 0;
+  while (!p.has[first]) ++first;
+  const Request& q0 = p.by_rank[first];
+  *group = q0.group_id;
+  bool same = true;
+  for (int r = 0; r < size_; ++r) {
+    if (p.has[r] && (p.by_rank[r].group_id != q0.group_id || p.by_rank[r].group_size != q0.group_size)) same = false;
+  }
+  if (same) return true;
+  std::ostringstream os;
+  bool sep = false;
+  for (int r = 0; r < size_; ++r) {
+    if (!p.has[r]) continue;
+    const Request& q = p.by_rank[r];
+    os << (sep ? "; " : "") << "rank " << r << ": ";
+    if (q.group_id == 0) os << "not grouped";
+    else os << "a group of " << q.group_size << " tensors (id " << std::hex << q.group_id << std::dec << ")";
+    sep = true;
+  }
+  err->type = OpType::kError;
+  err->names = {name};
+  err->error_code = StatusCode::kMismatch;
+  err->error_message = "Mismatched groups for tensor '" + name + "' (" + op_type_name(q0.type) +
+                       "): every rank must submit it in a grouped op over the same names: " + os.str();
+  return false;
+}
+
+bool Coordinator::group_complete(const Group& g, uint64_t id) const {
+  if (static_cast<int32_t>(g.members.size()) < g.size) return false;
+  for (const std::string& name : g.members) {
+    auto it = table_.find(name);
+    if (it == table_.end() || !ready(it->second)) return false;
+    for (int r = 0; r < size_; ++r) {
+      if (it->second.has[r] && it->second.by_rank[r].group_id != id) return false;
+    }
+  }
+  return true;
+}
+
+void Coordinator::emit_group(uint64_t id, std::vector<Response>* out) {
+  Group g = std::move(groups_[id]);
+  groups_.erase(id);
+  std::vector<Response> built;
+  const Response* failed = nullptr;
+  for (const std::string& name : g.members) {
+    built.push_back(build(name, table_.at(name)));
+    built.back().group_id = id;
+    built.back().group_size = g.size;
+  }
+  for (const Response& r : built)
+    if (r.type == OpType::kError && failed == nullptr) failed = &r;
+  if (failed != nullptr) {
+    // One error for the whole group: none of its tensors runs.
+    Response err;
+    err.type = OpType::kError;
+    err.error_code = failed->error_code;
+    err.names = g.members;
+    std::ostringstream names;
+    for (size_t i = 0; i < g.members.size(); ++i) names << (i ? ", " : "") << "'" << g.members[i] << "'";
+    const Pending& fp = table_.at(failed->names[0]);
+    int first = 0;
+    while (!fp.has[first]) ++first;
+    err.error_message = "grouped " + std::string(op_type_name(fp.by_rank[first].type)) + " of " + std::to_string(g.members.size()) + " tensors (" + names.str() +
+                        ") failed: " + failed->error_message;
+    built.assign(1, std::move(err));
+  }
+  for (const std::string& name : g.members) table_.erase(name);
+  out->insert(out->end(), std::make_move_iterator(built.begin()), std::make_move_iterator(built.end()));
+}
+
+void Coordinator::forget(const std::string& name) {
+  auto it = table_.find(name);
+  if (it == table_.end()) return;
+  for (int r = 0; r < size_; ++r) {
+    if (!it->second.has[r] || it->second.by_rank[r].group_id == 0) continue;
+    auto g = groups_.find(it->second.by_rank[r].group_id);
+    if (g == groups_.end()) continue;
+    auto& m = g->second.members;
+    m.erase(std::remove(m.begin(), m.end(), name), m.end());
+    if (m.empty()) groups_.erase(g);
+  }
+  table_.erase(it);
 }
 
 bool Coordinator::ready(const Pending& p) const {
@@ -49,12 +139,23 @@ std::vector<Response> Coordinator::take_ready() {
   std::vector<std::string> still;
   for (const std::string& name : arrival_) {
     auto it = table_.find(name);
-    if (it == table_.end()) continue;
-    if (ready(it->second)) {
+    if (it == table_.end()) continue;  // went out with its group, or dropped
+    if (!ready(it->second)) {
+      still.push_back(name);
+      continue;
+    }
+    uint64_t group = 0;
+    Response err;
+    if (!agreed_group(name, it->second, &group, &err)) {
+      out.push_back(std::move(err));
+      forget(name);
+    } else if (group == 0) {
       out.push_back(build(name, it->second));
       table_.erase(it);
+    } else if (group_complete(groups_[group], group)) {
+      emit_group(group, &out);  // the group's names, in the order they first arrived
     } else {
-      still.push_back(name);
+      still.push_back(name);  // ready here; waits for the rest of its group
     }
   }
   arrival_.swap(still);
@@ -88,7 +189,7 @@ std::vector<Coordinator::PendingInfo> Coordinator::pending() const {
   return out;
 }
 
-void Coordinator::drop(const std::string& name) { table_.erase(name); }
+void Coordinator::drop(const std::string& name) { forget(name); }
 
 namespace {
 
@@ -220,7 +321,39 @@ int64_t response_bytes(const Response& r) {
   return n * static_cast<int64_t>(dtype_size(r.dtype));
 }
 
-std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes) {
+namespace {
+
+// The responses with each group's members moved next to its first member.
+std::vector<Response> group_adjacent(const std::vector<Response>& in) {
+  std::unordered_map<uint64_t, std::vector<size_t>> members;
+  bool any = false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].group_id != 0 && in[i].type != OpType::kError) {
+      members[in[i].group_id].push_back(i);
+      any = true;
+    }
+  }
+  if (!any) return in;
+  std::vector<Response> out;
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Response& r = in[i];
+    if (r.group_id == 0 || r.type == OpType::kError) {
+      out.push_back(r);
+      continue;
+    }
+    auto it = members.find(r.group_id);
+    if (it == members.end()) continue;  // already placed with its group
+    for (size_t j : it->second) out.push_back(in[j]);
+    members.erase(it);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Response> fuse_responses(const std::vector<Response>& in_list, int64_t threshold_bytes) {
+  const std::vector<Response> in = group_adjacent(in_list);
   std::vector<Response> out;
   out.reserve(in.size());
   int64_t back_bytes = 0;

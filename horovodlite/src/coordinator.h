@@ -1,7 +1,9 @@
 // Rank 0's side of negotiation: collects the requests every rank sends, declares a
 // name ready once every rank (or every rank that has not joined) asked for it,
 // checks that the ranks agree, and turns a disagreement into an error response
-// for that name only. Also the fusion of ready responses, which every rank applies
+// for that name only. A grouped op's names (Request::group_id) are declared ready
+// together, once every member is ready on every rank; if one member fails the
+// agreement checks, the whole group fails with its message. Also the fusion of ready responses, which every rank applies
 // identically to the same list.
 #pragma once
 
@@ -44,11 +46,24 @@ class Coordinator {
     int count = 0;
     std::chrono::steady_clock::time_point first_seen;
   };
+  struct Group {
+    int32_t size = 0;
+    std::vector<std::string> members;  // distinct names seen with this group id, in arrival order
+  };
   bool ready(const Pending& p) const;
   Response build(const std::string& name, const Pending& p) const;
+  // The group every rank that sent the name agrees on (0: none), or an error
+  // response when ranks disagree.
+  bool agreed_group(const std::string& name, const Pending& p, uint64_t* group, Response* err) const;
+  // Whether every member of `group` is ready and agreed on (then the group goes out as one).
+  bool group_complete(const Group& group, uint64_t id) const;
+  // Builds every member; if one is an error, the whole group is one error response.
+  void emit_group(uint64_t id, std::vector<Response>* out);
+  void forget(const std::string& name);  // erases a name and its group membership
 
   int size_;
   std::unordered_map<std::string, Pending> table_;
+  std::unordered_map<uint64_t, Group> groups_;
   std::vector<std::string> arrival_;
   std::vector<bool> joined_;
   int joined_count_ = 0;
@@ -59,9 +74,13 @@ class Coordinator {
 // the fusion buffer would cost more than a collective of their own.
 constexpr int64_t kFuseAloneBytes = int64_t(1) << 20;
 
-// Merges consecutive allreduce responses with the same dtype, device, reduce op,
-// scale factors and compression while the fused size stays <= threshold_bytes (0:
-// no fusion); tensors of kFuseAloneBytes or more stay on their own.
+// First moves the responses of each group (Response::group_id) next to the
+// group's first response, so a group is executed together (as Horovod, which
+// puts a group's responses side by side before fusing). Then merges consecutive
+// allreduce responses with the same dtype, device, reduce op, scale factors and
+// compression while the fused size stays <= threshold_bytes (0: no fusion);
+// tensors of kFuseAloneBytes or more stay on their own. Every rank applies it to
+// the same list and gets the same result.
 std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes);
 
 int64_t response_bytes(const Response& r);

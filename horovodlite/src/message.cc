@@ -1,5 +1,6 @@
 #include "message.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace horovodlite {
@@ -21,7 +22,26 @@ const char* op_type_name(OpType t) {
 bool Request::same_params(const Request& o) const {
   return type == o.type && name == o.name && dtype == o.dtype && device == o.device && shape == o.shape &&
          root == o.root && reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
-         compression == o.compression;
+         compression == o.compression && group_id == o.group_id && group_size == o.group_size;
+}
+
+uint64_t group_id_of(const std::vector<std::string>& names) {
+  std::vector<const std::string*> sorted;
+  sorted.reserve(names.size());
+  for (const std::string& n : names) sorted.push_back(&n);
+  std::sort(sorted.begin(), sorted.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  // FNV-1a over each name and its length (so that {"ab", "c"} and {"a", "bc"} differ).
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  };
+  for (const std::string* n : sorted) {
+    const uint64_t len = n->size();
+    mix(&len, sizeof(len));
+    mix(n->data(), n->size());
+  }
+  return h == 0 ? 1 : h;
 }
 
 namespace {
@@ -112,6 +132,17 @@ Status check_magic(Reader& r, uint32_t expected, const char* what) {
   return Status::OK();
 }
 
+// A group: id 0 with size 0 (none), or a non-zero id with a positive size.
+Status read_group(Reader& r, uint64_t* id, int32_t* size) {
+  HVL_RETURN_IF_ERROR(r.pod(id, "group id"));
+  HVL_RETURN_IF_ERROR(r.pod(size, "group size"));
+  if ((*id == 0) != (*size == 0) || *size < 0) {
+    return Status::InvalidArgument("malformed message: group id " + std::to_string(*id) + " with group size " +
+                                   std::to_string(*size));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 void encode_requests(const std::vector<Request>& requests, std::string* out) {
@@ -130,6 +161,8 @@ void encode_requests(const std::vector<Request>& requests, std::string* out) {
     w.pod<double>(q.prescale);
     w.pod<double>(q.postscale);
     w.pod<uint8_t>(static_cast<uint8_t>(q.compression));
+    w.pod<uint64_t>(q.group_id);
+    w.pod<int32_t>(q.group_size);
   }
 }
 
@@ -137,7 +170,7 @@ Status decode_requests(const uint8_t* data, size_t size, std::vector<Request>* o
   Reader r(data, size);
   HVL_RETURN_IF_ERROR(check_magic(r, kRequestMagic, "request list"));
   uint32_t n = 0;
-  constexpr size_t kMinRequestBytes = 4 + 1 + 4 + 1 + 4 + 4 + 4 + 1 + 8 + 8 + 1;
+  constexpr size_t kMinRequestBytes = 4 + 1 + 4 + 1 + 4 + 4 + 4 + 1 + 8 + 8 + 1 + 8 + 4;
   HVL_RETURN_IF_ERROR(r.count(&n, kMinRequestBytes, "requests"));
   out->clear();
   out->reserve(n);
@@ -164,6 +197,7 @@ Status decode_requests(const uint8_t* data, size_t size, std::vector<Request>* o
     HVL_RETURN_IF_ERROR(r.pod(&comp, "compression"));
     HVL_RETURN_IF_ERROR(check_enum(comp, static_cast<uint8_t>(Compression::kFp16), "compression"));
     q.compression = static_cast<Compression>(comp);
+    HVL_RETURN_IF_ERROR(read_group(r, &q.group_id, &q.group_size));
     q.type = static_cast<OpType>(type);
     q.dtype = static_cast<DataType>(dtype);
     q.reduce_op = static_cast<ReduceOp>(op);
@@ -193,6 +227,8 @@ void encode_responses(const std::vector<Response>& responses, std::string* out) 
     w.i64s(s.tensor_sizes);
     w.i64s(s.shape);
     w.pod<int32_t>(s.last_joined_rank);
+    w.pod<uint64_t>(s.group_id);
+    w.pod<int32_t>(s.group_size);
   }
 }
 
@@ -200,7 +236,7 @@ Status decode_responses(const uint8_t* data, size_t size, std::vector<Response>*
   Reader r(data, size);
   HVL_RETURN_IF_ERROR(check_magic(r, kResponseMagic, "response list"));
   uint32_t n = 0;
-  HVL_RETURN_IF_ERROR(r.count(&n, 40, "responses"));
+  HVL_RETURN_IF_ERROR(r.count(&n, 52, "responses"));
   out->clear();
   out->reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -230,6 +266,7 @@ Status decode_responses(const uint8_t* data, size_t size, std::vector<Response>*
     HVL_RETURN_IF_ERROR(r.i64s(&s.tensor_sizes, 1 << 24, "tensor sizes"));
     HVL_RETURN_IF_ERROR(r.i64s(&s.shape, kMaxDims, "shape"));
     HVL_RETURN_IF_ERROR(r.pod(&s.last_joined_rank, "last joined rank"));
+    HVL_RETURN_IF_ERROR(read_group(r, &s.group_id, &s.group_size));
     s.type = static_cast<OpType>(type);
     s.error_code = static_cast<StatusCode>(code);
     s.dtype = static_cast<DataType>(dtype);

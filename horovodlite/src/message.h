@@ -36,6 +36,11 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   Compression compression = Compression::kNone;
+  // A grouped op (Horovod's group_id): group_id identifies the group's member
+  // names (group_id_of), the same on every rank; group_size is how many there
+  // are. 0/0: not grouped. Rank 0 declares a group's names ready together.
+  uint64_t group_id = 0;
+  int32_t group_size = 0;
 
   // Whether a and b ask for the same op with the same parameters (the response
   // cache's test; allgather/alltoall compare all dims, as the cache keeps them).
@@ -63,7 +68,15 @@ struct Response {
   Shape shape;
   // join: the last rank to join.
   int32_t last_joined_rank = -1;
+  // The group of a grouped op's single-tensor response (as in Request), so that
+  // cached responses of a group hit together and fusion keeps a group adjacent.
+  uint64_t group_id = 0;
+  int32_t group_size = 0;
 };
+
+// The group id of a grouped op over `names`: a 64-bit hash of the sorted names
+// (so every rank computes the same id whatever the order), never 0.
+uint64_t group_id_of(const std::vector<std::string>& names);
 
 // Encoders append to `out`. Decoders consume `data[0, size)` and return an error
 // naming what was malformed.

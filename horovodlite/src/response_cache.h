@@ -35,6 +35,8 @@ class ResponseCache {
   void put(const Response& response, const Request* request);
   // The response at a position (must be occupied); marks it most recently used.
   const Response& get(uint32_t position);
+  // The response at a position (must be occupied), without touching the LRU order.
+  const Response& peek(uint32_t position) const { return slots_[position].response; }
   void erase(uint32_t position);
 
  private:

@@ -157,6 +157,46 @@ HandlePtr Runtime::enqueue(std::unique_ptr<TensorEntry> entry) {
   return handle;
 }
 
+std::vector<HandlePtr> Runtime::enqueue_group(std::vector<std::unique_ptr<TensorEntry>> entries) {
+  std::vector<HandlePtr> handles;
+  for (const auto& e : entries) handles.push_back(e->handle);
+  Status failure;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) {
+      failure = Status::Aborted((stop_reason_.ok() ? std::string("horovodlite has been shut down")
+                                                   : stop_reason_.message()) +
+                                "; cannot run the grouped op of '" + entries[0]->request.name + "'");
+    }
+    for (size_t i = 0; failure.ok() && i < entries.size(); ++i) {
+      const std::string& name = entries[i]->request.name;
+      bool twice = false;
+      for (size_t j = 0; j < i; ++j) twice = twice || entries[j]->request.name == name;
+      if (table_.count(name) || twice) {
+        failure = Status::DuplicateName("a collective named '" + name + "' is already in flight on rank " +
+                                        std::to_string(mpi_.rank()) + (twice ? " (twice in this group)" : "") +
+                                        "; the grouped op is not run");
+      }
+    }
+    if (failure.ok()) {
+      const auto now = std::chrono::steady_clock::now();
+      for (auto& e : entries) {
+        e->request.rank = mpi_.rank();
+        e->enqueued = now;
+        queue_.push_back(e->request);
+        const std::string name = e->request.name;
+        table_.emplace(name, std::move(e));
+      }
+    }
+  }
+  if (!failure.ok()) {
+    for (const HandlePtr& h : handles) h->complete(failure);
+    return handles;
+  }
+  cv_.notify_one();
+  return handles;
+}
+
 void Runtime::loop() {
   const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));

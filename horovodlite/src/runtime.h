@@ -33,6 +33,9 @@ class Runtime {
   // Takes ownership of the entry and returns its handle (already completed with an
   // error if the name is in flight or the runtime has stopped).
   HandlePtr enqueue(std::unique_ptr<TensorEntry> entry);
+  // The members of a grouped op, enqueued atomically (the background thread
+  // drains them in one cycle). All fail if one cannot be enqueued.
+  std::vector<HandlePtr> enqueue_group(std::vector<std::unique_ptr<TensorEntry>> entries);
   // Asks every rank to stop (through the next cycle) and joins the thread.
   // exiting: the process is exiting without shutdown(); the other ranks' ops
   // fail with a message naming this rank.

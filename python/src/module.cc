@@ -182,6 +182,31 @@ PyHandle reducescatter_async(const at::Tensor& tensor, const std::string& name, 
   return PyHandle(torch::reducescatter_async(tensor, name, options));
 }
 
+std::vector<PyHandle> to_py(std::vector<torch::AsyncHandle> handles) {
+  std::vector<PyHandle> out;
+  for (auto& h : handles) out.emplace_back(std::move(h));
+  return out;
+}
+
+// Grouped ops: negotiated and executed as one group (one handle per tensor).
+std::vector<PyHandle> grouped_allreduce_async(const std::vector<at::Tensor>& tensors,
+                                              const std::vector<std::string>& names, int op, double prescale,
+                                              double postscale, bool in_place) {
+  AllreduceOptions options = allreduce_options(op, prescale, postscale);
+  return to_py(in_place ? torch::grouped_allreduce_async_(tensors, names, options)
+                        : torch::grouped_allreduce_async(tensors, names, options));
+}
+
+std::vector<PyHandle> grouped_reducescatter_async(const std::vector<at::Tensor>& tensors,
+                                                  const std::vector<std::string>& names, int op, double prescale,
+                                                  double postscale) {
+  ReducescatterOptions options;
+  options.op = to_reduce_op(op);
+  options.prescale_factor = prescale;
+  options.postscale_factor = postscale;
+  return to_py(torch::grouped_reducescatter_async(tensors, names, options));
+}
+
 PyHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name, bool in_place) {
   return PyHandle(in_place ? torch::broadcast_async_(tensor, root_rank, name)
                            : torch::broadcast_async(tensor, root_rank, name));
@@ -318,6 +343,13 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("tensor"), py::arg("splits"), py::arg("name"));
   m.def("reducescatter_async", &reducescatter_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
         py::arg("prescale_factor"), py::arg("postscale_factor"));
+  m.def("grouped_allreduce_async", &grouped_allreduce_async, py::arg("tensors"), py::arg("names"), py::arg("op"),
+        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"));
+  m.def("grouped_allgather_async", [](const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names) {
+    return to_py(hvt::grouped_allgather_async(tensors, names));
+  }, py::arg("tensors"), py::arg("names"));
+  m.def("grouped_reducescatter_async", &grouped_reducescatter_async, py::arg("tensors"), py::arg("names"),
+        py::arg("op"), py::arg("prescale_factor"), py::arg("postscale_factor"));
   m.def("join_async", []() { return PyHandle(hvt::join_async()); });
   m.def("barrier", []() { PyHandle(hvt::AsyncHandle(horovodlite::barrier_async(), nullptr)).synchronize(); });
   m.def("abort_job_if_failed", &horovodlite::abort_job_if_failed);

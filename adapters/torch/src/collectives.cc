@@ -275,6 +275,104 @@ at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name, cons
   return reducescatter_async(tensor, name, options).synchronize();
 }
 
+namespace {
+
+std::vector<std::string> group_names(const std::vector<std::string>& names, size_t count, const char* what) {
+  check_argument(names.empty() || names.size() == count,
+                 std::string(what) + ": " + std::to_string(names.size()) + " names for " + std::to_string(count) +
+                     " tensors");
+  return names.empty() ? std::vector<std::string>(count) : names;
+}
+
+std::vector<AsyncHandle> grouped_allreduce(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names,
+                                           const AllreduceOptions& options, bool in_place) {
+  const char* what = in_place ? "grouped_allreduce_" : "grouped_allreduce";
+  std::vector<at::Tensor> inputs, outputs;
+  std::vector<TensorView> in_views, out_views;
+  std::vector<ReadyEventPtr> ready;
+  for (const at::Tensor& t : tensors) {
+    check_tensor(t, what);
+    at::Tensor in = in_place ? in_place_buffer(t) : contiguous_input(t);
+    at::Tensor out = in_place ? in : at::empty_like(in, at::MemoryFormat::Contiguous);
+    inputs.push_back(in);
+    outputs.push_back(out);
+    in_views.push_back(make_view(in));
+    out_views.push_back(make_view(out));
+    ready.push_back(ready_event(in));
+  }
+  std::vector<HandlePtr> handles = horovodlite::grouped_allreduce_async(
+      group_names(names, tensors.size(), what), in_views, out_views, options, ready);
+  std::vector<AsyncHandle> out;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (i >= tensors.size()) break;
+    keep_alive(handles[i], {tensors[i], inputs[i], outputs[i]});
+    AsyncHandle::Finisher finish = in_place ? finish_in_place(tensors[i], inputs[i])
+                                            : AsyncHandle::Finisher([o = outputs[i]]() { return o; });
+    out.emplace_back(handles[i], on_device(handles[i], inputs[i], std::move(finish)));
+  }
+  return out;
+}
+
+// allgather / reducescatter: outputs allocated after negotiation.
+template <typename Submit>
+std::vector<AsyncHandle> grouped_allocating(const std::vector<at::Tensor>& tensors, const char* what, Submit submit) {
+  std::vector<at::Tensor> inputs;
+  std::vector<TensorView> views;
+  std::vector<OutputAllocator> allocators;
+  std::vector<ReadyEventPtr> ready;
+  std::vector<std::shared_ptr<at::Tensor>> slots;
+  for (const at::Tensor& t : tensors) {
+    check_tensor(t, what);
+    at::Tensor in = contiguous_input(t);
+    auto slot = std::make_shared<at::Tensor>();
+    TorchReadyEventPtr r = ready_event(in);
+    inputs.push_back(in);
+    views.push_back(make_view(in));
+    allocators.push_back(allocator_into(slot, in.options(), r));
+    ready.push_back(r);
+    slots.push_back(slot);
+  }
+  std::vector<HandlePtr> handles = submit(views, allocators, ready);
+  std::vector<AsyncHandle> out;
+  for (size_t i = 0; i < handles.size() && i < tensors.size(); ++i) {
+    keep_alive(handles[i], {inputs[i]});
+    out.push_back(finish_with_slot(handles[i], slots[i], inputs[i]));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<AsyncHandle> grouped_allreduce_async(const std::vector<at::Tensor>& tensors,
+                                                 const std::vector<std::string>& names,
+                                                 const AllreduceOptions& options) {
+  return grouped_allreduce(tensors, names, options, false);
+}
+
+std::vector<AsyncHandle> grouped_allreduce_async_(const std::vector<at::Tensor>& tensors,
+                                                  const std::vector<std::string>& names,
+                                                  const AllreduceOptions& options) {
+  return grouped_allreduce(tensors, names, options, true);
+}
+
+std::vector<AsyncHandle> grouped_allgather_async(const std::vector<at::Tensor>& tensors,
+                                                 const std::vector<std::string>& names) {
+  const auto n = group_names(names, tensors.size(), "grouped_allgather");
+  return grouped_allocating(tensors, "grouped_allgather", [&](const auto& views, const auto& allocs, const auto& ready) {
+    return horovodlite::grouped_allgather_async(n, views, allocs, ready);
+  });
+}
+
+std::vector<AsyncHandle> grouped_reducescatter_async(const std::vector<at::Tensor>& tensors,
+                                                     const std::vector<std::string>& names,
+                                                     const ReducescatterOptions& options) {
+  const auto n = group_names(names, tensors.size(), "grouped_reducescatter");
+  return grouped_allocating(tensors, "grouped_reducescatter",
+                            [&](const auto& views, const auto& allocs, const auto& ready) {
+                              return horovodlite::grouped_reducescatter_async(n, views, allocs, options, ready);
+                            });
+}
+
 AsyncHandle join_async() { return AsyncHandle(horovodlite::join_async(), nullptr); }
 
 int join() {

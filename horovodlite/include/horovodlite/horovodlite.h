@@ -122,6 +122,39 @@ struct ReducescatterOptions {
 HandlePtr reducescatter_async(const std::string& name, const TensorView& input, OutputAllocator allocate,
                               const ReducescatterOptions& options = {}, ReadyEventPtr ready = nullptr);
 
+// ---- grouped collectives (Horovod's grouped_allreduce, grouped_allgather,
+// grouped_reducescatter) ----
+// A group's tensors are negotiated and executed as one: none of them is ready
+// until every member has been enqueued on every rank; then they are run in the
+// same cycle, side by side, and a group's allreduces are fused together (up to
+// the fusion threshold, as Horovod). If the ranks disagree about one member
+// (shape, dtype, ...) or about the group itself, every member fails with a
+// message naming that tensor and the ranks. A group is known by the set of its
+// names (the order does not matter): every rank must group the same names.
+// One handle per tensor, in the order given; bad arguments fail every handle.
+//
+// `group`: every member's name, when `names` is only part of the group and the
+// rest is enqueued by later calls (e.g. as the tensors are produced); empty: the
+// group is `names`. Empty names get automatic ones when `group` is empty.
+// `ready`: empty, or one event per tensor (see above).
+std::vector<HandlePtr> grouped_allreduce_async(const std::vector<std::string>& names,
+                                               const std::vector<TensorView>& inputs,
+                                               const std::vector<TensorView>& outputs,
+                                               const AllreduceOptions& options = {},
+                                               const std::vector<ReadyEventPtr>& ready = {},
+                                               const std::vector<std::string>& group = {});
+std::vector<HandlePtr> grouped_allgather_async(const std::vector<std::string>& names,
+                                               const std::vector<TensorView>& inputs,
+                                               const std::vector<OutputAllocator>& allocators,
+                                               const std::vector<ReadyEventPtr>& ready = {},
+                                               const std::vector<std::string>& group = {});
+std::vector<HandlePtr> grouped_reducescatter_async(const std::vector<std::string>& names,
+                                                   const std::vector<TensorView>& inputs,
+                                                   const std::vector<OutputAllocator>& allocators,
+                                                   const ReducescatterOptions& options = {},
+                                                   const std::vector<ReadyEventPtr>& ready = {},
+                                                   const std::vector<std::string>& group = {});
+
 // Completes when every rank has reached it.
 HandlePtr barrier_async();
 

@@ -228,8 +228,8 @@ def _grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_facto
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
     names = _group_names(name, len(tensors), what)
-    parts = [_C.allreduce_async(t, n, op, pre, post, in_place) for t, n in zip(tensors, names)]
-    return _Handle(parts, _grouped)
+    # One group: negotiated and executed together (Horovod's group_id).
+    return _Handle(_C.grouped_allreduce_async(list(tensors), names, op, pre, post, in_place), _grouped)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -335,7 +335,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     _check_tensors(tensors, "grouped_allgather_async")
     check_global(process_set, "grouped_allgather_async")
     names = _group_names(name, len(tensors), "grouped_allgather_async")
-    return _Handle([_C.allgather_async(t, n) for t, n in zip(tensors, names)], _grouped)
+    return _Handle(_C.grouped_allgather_async(list(tensors), names), _grouped)
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -548,6 +548,13 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ---------------------------------------------------------- reducescatter ----
 
+def _reducescatter_op(op, what):
+    op = _check_op(op, what)
+    if op not in (Average, Sum):
+        raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
+    return op
+
+
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
     """Asynchronously reduces ``tensor`` across processes and scatters
@@ -556,9 +563,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     what = "reducescatter_async"
     _check_tensor(tensor, what)
     check_global(process_set, what)
-    op = _check_op(op, what)
-    if op not in (Average, Sum):
-        raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
+    op = _reducescatter_op(op, what)
     if tensor.dim() == 0:
         raise ValueError("%s: the tensor needs at least one dimension" % what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
@@ -608,10 +613,15 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     """Asynchronous reducescatter of a list of tensors; synchronize() returns a list."""
     what = "grouped_reducescatter_async"
     _check_tensors(tensors, what)
+    check_global(process_set, what)
     names = _group_names(name, len(tensors), what)
-    handles = [reducescatter_async(t, n or None, op, process_set, prescale_factor, postscale_factor)
-               for t, n in zip(tensors, names)]
-    return _Handle([h._parts[0] for h in handles], _grouped)
+    op = _reducescatter_op(op, what)
+    for t in tensors:
+        if t.dim() == 0:
+            raise ValueError("%s: every tensor needs at least one dimension" % what)
+    pre = _check_factor(prescale_factor, what, "prescale_factor")
+    post = _check_factor(postscale_factor, what, "postscale_factor")
+    return _Handle(_C.grouped_reducescatter_async(list(tensors), names, op, pre, post), _grouped)
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):

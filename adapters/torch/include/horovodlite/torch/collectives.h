@@ -73,6 +73,22 @@ AsyncHandle reducescatter_async(const at::Tensor& tensor, const std::string& nam
 at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name = "",
                          const ReducescatterOptions& options = {});
 
+// ---- grouped (Horovod's grouped_allreduce etc.): the tensors are negotiated and
+// executed as one group (none is ready until all are enqueued on every rank; an
+// allreduce group is fused together). `names`: one per tensor, or empty for
+// automatic names. One handle per tensor, in order. ----
+std::vector<AsyncHandle> grouped_allreduce_async(const std::vector<at::Tensor>& tensors,
+                                                 const std::vector<std::string>& names = {},
+                                                 const AllreduceOptions& options = {});
+std::vector<AsyncHandle> grouped_allreduce_async_(const std::vector<at::Tensor>& tensors,
+                                                  const std::vector<std::string>& names = {},
+                                                  const AllreduceOptions& options = {});
+std::vector<AsyncHandle> grouped_allgather_async(const std::vector<at::Tensor>& tensors,
+                                                 const std::vector<std::string>& names = {});
+std::vector<AsyncHandle> grouped_reducescatter_async(const std::vector<at::Tensor>& tensors,
+                                                     const std::vector<std::string>& names = {},
+                                                     const ReducescatterOptions& options = {});
+
 // ---- join / barrier ----
 // This rank has no more data; returns the last rank to join once all have.
 AsyncHandle join_async();
