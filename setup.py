@@ -1,6 +1,10 @@
 """Builds and installs the horovodlite Python package through CMake.
 
-    /usr/bin/python3 -m pip install --no-build-isolation .
+    .venv/bin/pip install --no-build-isolation .                # PyTorch 2.x in the venv
+    /usr/bin/python3 -m pip install --no-build-isolation .      # Debian's PyTorch 1.13
+
+It builds against the torch of the interpreter that runs it (its LibTorch: see
+cmake/HvlTorch.cmake); torch, cmake and pybind11 must be installed first.
 
 The extension module horovodlite/torch/_C is built by the project's CMake build
 (with tests and benchmarks off) and installed beside the libhorovodlite and

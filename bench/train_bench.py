@@ -8,7 +8,9 @@ samples/s, step time, scaling efficiency = samples/s(np N) / (N * samples/s(1))
 and the ratio horovodlite / DDP. Both distributed runs are started with mpirun
 (--oversubscribe --bind-to none --mca mpi_yield_when_idle 1).
 
-    /usr/bin/python3 bench/train_bench.py --np 2 --steps 50 --png out.png --csv out.csv
+    .venv/bin/python bench/train_bench.py --np 2 --steps 50 --png out.png --csv out.csv
+    .venv/bin/python bench/train_bench.py --np 2 --model resnet50 --batch-size 8 --steps 10
+    /usr/bin/python3 ... (Debian's torch 1.13, with PYTHONPATH=build-debian/python)
     /usr/bin/python3 bench/train_bench.py --np 2 --variant fp16:compression=fp16 \\
         --variant cycle5:HOROVODLITE_CYCLE_TIME=5 --variant noring:HOROVODLITE_RING_THRESHOLD=-1
 
@@ -44,6 +46,9 @@ def parse_args(argv):
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--layers", type=int, default=4, help="Linear layers")
     p.add_argument("--threads-per-rank", type=int, default=1)
+    p.add_argument("--model", choices=("mlp", "resnet18", "resnet50"), default="mlp",
+                   help="resnet18/resnet50: bench/resnet.py (torchvision's layout) on synthetic images")
+    p.add_argument("--image-size", type=int, default=64, help="resnet* only")
     p.add_argument("--repeats", type=int, default=1,
                    help="run every configuration this many times (interleaved) and report the median")
     p.add_argument("--configs", default="single,hvd,ddp",
@@ -128,7 +133,7 @@ def worker_args(args, cfg, out):
             "--batch-size", str(args.batch_size), "--in-features", str(args.in_features),
             "--hidden", str(args.hidden), "--layers", str(args.layers),
             "--threads-per-rank", str(args.threads_per_rank), "--compression", cfg["compression"],
-            "--out", out]
+            "--model", args.model, "--image-size", str(args.image_size), "--out", out]
 
 
 def run_one(args, cfg, tmpdir, idx):
@@ -339,9 +344,11 @@ def main(argv):
     rows = summarize(runs)
 
     r0 = rows[0]
-    title = ("MLP %d x %d (%.2fM params, %.1f MB grads), batch %d/rank, %d steps, %d thread(s)/rank, np %d"
-             % (args.layers, args.hidden, r0["params"] / 1e6, r0["grad_mbytes"], args.batch_size, args.steps,
-                args.threads_per_rank, args.np))
+    model = ("MLP %d x %d" % (args.layers, args.hidden) if args.model == "mlp"
+             else "%s on %dx%d images" % (args.model, args.image_size, args.image_size))
+    title = ("%s (%.2fM params, %.1f MB grads), batch %d/rank, %d steps, %d thread(s)/rank, np %d, torch %s"
+             % (model, r0["params"] / 1e6, r0["grad_mbytes"], args.batch_size, args.steps,
+                args.threads_per_rank, args.np, r0.get("torch", "?")))
     print()
     print(title)
     try:

@@ -28,6 +28,9 @@ import torch.nn as nn
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=("single", "hvd", "ddp"), required=True)
+    p.add_argument("--model", choices=("mlp", "resnet18", "resnet50"), default="mlp",
+                   help="resnet*: bench/resnet.py on --image-size images (--in-features/--hidden/--layers unused)")
+    p.add_argument("--image-size", type=int, default=64, help="resnet* only: square input images")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
@@ -43,6 +46,14 @@ def parse_args(argv):
     if args.layers < 2 or args.steps < 1 or args.warmup < 0 or args.batch_size < 1:
         p.error("need --layers >= 2, --steps >= 1, --warmup >= 0, --batch-size >= 1")
     return args
+
+
+def make_model(args):
+    if args.model == "mlp":
+        return make_mlp(args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import resnet
+    return getattr(resnet, args.model)(num_classes=args.classes)
 
 
 def make_mlp(args):
@@ -145,7 +156,7 @@ def main(argv):
     comm = Comm(args.backend)
 
     torch.manual_seed(args.seed)  # the same initial model everywhere
-    model = make_mlp(args)
+    model = make_model(args)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if args.backend == "hvd":
@@ -162,7 +173,8 @@ def main(argv):
     # Synthetic data: a few batches per rank, from a rank-dependent seed.
     gen = torch.Generator().manual_seed(args.seed + 1 + comm.rank)
     n_batches = 4
-    xs = [torch.randn(args.batch_size, args.in_features, generator=gen) for _ in range(n_batches)]
+    shape = (args.in_features,) if args.model == "mlp" else (3, args.image_size, args.image_size)
+    xs = [torch.randn(args.batch_size, *shape, generator=gen) for _ in range(n_batches)]
     ys = [torch.randint(0, args.classes, (args.batch_size,), generator=gen) for _ in range(n_batches)]
     loss_fn = nn.CrossEntropyLoss()
 
@@ -204,6 +216,8 @@ def main(argv):
 
     result = {
         "backend": args.backend,
+        "model": args.model,
+        "torch": torch.__version__,
         "np": comm.size,
         "threads_per_rank": args.threads_per_rank,
         "batch_size_per_rank": args.batch_size,

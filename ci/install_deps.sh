@@ -4,11 +4,12 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake git
+  build-essential cmake git ccache
   libopenmpi-dev openmpi-bin
   libgtest-dev libcxxopts-dev nlohmann-json3-dev
   libtorch-dev python3-torch libopenblas0-pthread
-  python3-dev python3-pip pybind11-dev python3-pytest python3-numpy python3-matplotlib
+  python3-dev python3-pip python3-venv pybind11-dev python3-pytest python3-numpy python3-matplotlib
+  python3-mpi4py iproute2
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job, from a fresh Debian 12 machine: installs missing packages,
-# builds, and trains the `train` example on its built-in synthetic data with
+# builds against PyTorch 2.x from PyPI (HVL_TORCH=debian: Debian's 1.13; see
+# ci/env.sh), and trains the `train` example on its built-in synthetic data with
 # NP ranks (default 2). Extra arguments go to train (e.g. --epochs 5 --fp16).
 set -euo pipefail
 cd "$(dirname "$0")/.."

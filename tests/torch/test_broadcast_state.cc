@@ -87,7 +87,7 @@ std::vector<torch::Tensor> signature(const optim::Optimizer& opt) {
                                     at::full({1}, static_cast<int64_t>(opt.state().size()), at::kLong)};
   auto step = [](int64_t s) { return at::full({1}, s, at::kLong); };
   for (const auto& p : opt.param_groups().at(0).params()) {
-    auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = opt.state().find(horovodlite::torch::compat::optimizer_state_key(p));
     if (it == opt.state().end()) {
       out.push_back(at::full({1}, -2, at::kLong));
       continue;

@@ -297,17 +297,15 @@ TEST(Checkpoint, NoGradModeJustRunsFn) {
   expect_same(y, mlp->forward(x), "no-grad output");
 }
 
-class WarningCollector : public c10::WarningHandler {
+class WarningCollector : public horovodlite::torch::compat::WarningHandler {
  public:
-  void process(const c10::SourceLocation&, const std::string& msg, const bool) override {
-    messages.push_back(msg);
-  }
+  void on_warning(const std::string& msg) override { messages.push_back(msg); }
   std::vector<std::string> messages;
 };
 
 TEST(Checkpoint, WarnsWhenNothingRequiresGrad) {
   WarningCollector collector;
-  c10::Warning::WarningHandlerGuard guard(&collector);
+  horovodlite::torch::compat::WarningHandlerGuard guard(&collector);
   const at::Tensor x = torch::randn({3}, kF64);
   at::Tensor y = hvt::checkpoint([](const at::Tensor& u) { return u * 2; }, x);
   EXPECT_FALSE(y.requires_grad());

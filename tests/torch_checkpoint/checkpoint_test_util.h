@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "horovodlite/torch/compat.h"
+
 namespace hvl_checkpoint_test {
 
 // Gradients of a module's parameters and of an input after one backward.
@@ -93,7 +95,7 @@ class AccumulatorCounter {
     size_t index_;
   };
   std::shared_ptr<std::vector<int>> counts_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<horovodlite::torch::compat::NodeHandle> accumulators_;
 };
 
 }  // namespace hvl_checkpoint_test

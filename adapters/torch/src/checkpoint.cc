@@ -16,6 +16,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "horovodlite/torch/compat.h"
+
 namespace horovodlite {
 namespace torch {
 namespace {
@@ -106,14 +108,14 @@ struct AutocastState {
   at::ScalarType cpu_dtype = at::kBFloat16;
 
   static AutocastState capture() {
-    return {at::autocast::is_enabled(), at::autocast::is_cpu_enabled(),
-            at::autocast::get_autocast_gpu_dtype(), at::autocast::get_autocast_cpu_dtype()};
+    return {compat::autocast_enabled(at::kCUDA), compat::autocast_enabled(at::kCPU),
+            compat::autocast_dtype(at::kCUDA), compat::autocast_dtype(at::kCPU)};
   }
   void apply() const {
-    at::autocast::set_enabled(gpu_enabled);
-    at::autocast::set_cpu_enabled(cpu_enabled);
-    at::autocast::set_autocast_gpu_dtype(gpu_dtype);
-    at::autocast::set_autocast_cpu_dtype(cpu_dtype);
+    compat::set_autocast_enabled(at::kCUDA, gpu_enabled);
+    compat::set_autocast_enabled(at::kCPU, cpu_enabled);
+    compat::set_autocast_dtype(at::kCUDA, gpu_dtype);
+    compat::set_autocast_dtype(at::kCPU, cpu_dtype);
   }
 };
 
@@ -375,8 +377,7 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, std::vector<at:
     return raw;
   }
 
-  auto node = std::shared_ptr<CheckpointNode>(
-      new CheckpointNode(fn, std::move(saved), std::move(rng), autocast), ag::deleteNode);
+  auto node = compat::make_node<CheckpointNode>(fn, std::move(saved), std::move(rng), autocast);
   ag::edge_list edges = ag::collect_next_edges(inputs);
   edges.insert(edges.end(), external.begin(), external.end());
   node->set_next_edges(std::move(edges));

@@ -1,6 +1,8 @@
 #include "horovodlite/torch/collectives.h"
 
 
+#include <ATen/core/grad_mode.h>
+
 #include <memory>
 #include <utility>
 

@@ -42,18 +42,14 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 def _local_step(optimizer):
     """optimizer.step() without a DistributedOptimizer's gradient allreduce
-    (which every rank would have to join): the wrapped torch optimizer's step."""
-    from horovodlite.torch.optimizer import DistributedOptimizer
-    # DistributedOptimizer builds a class on the fly from the wrapped optimizer's
-    # class (as Horovod does), so it is recognised by its module, not by isinstance.
-    wrapper = None
-    for klass in type(optimizer).__mro__:
-        if klass.__module__ == DistributedOptimizer.__module__:
-            wrapper = klass
-    if wrapper is None:
-        optimizer.step()
+    (which every rank would have to join): the wrapped torch optimizer's step.
+    Asked by duck typing, so that this module need not import optimizer.py
+    (which imports this one)."""
+    step_locally = getattr(optimizer, "_step_locally", None)
+    if step_locally is not None:
+        step_locally()
     else:
-        super(wrapper, optimizer).step()
+        optimizer.step()
 
 
 def _init_state_locally(optimizer):

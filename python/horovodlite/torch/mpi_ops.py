@@ -194,11 +194,26 @@ def _core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
 
 
 def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, in_place, what,
-                     fp16_wire=False):
+                     compression=Compression.none, output=None):
+    """compression: Compression.none, or Compression.fp16 to send float32 and
+    float64 as fp16, converted inside the core while packing (no fp16 copy; the
+    result has the input's dtype; other dtypes go as they are). output (out of
+    place only): the tensor to write the result into (same shape and dtype as
+    ``tensor``), e.g. a buffer reused from step to step; None: a new tensor."""
     if isinstance(tensor, torch.Tensor) and tensor.is_sparse:
         raise ValueError("%s: sparse tensors are not supported (use sparse_as_dense=True or .to_dense())" % what)
     name, pre, post = _check_allreduce_args(tensor, name, prescale_factor, postscale_factor, process_set, what)
-    return _Handle([_C.allreduce_async(tensor, name, op, pre, post, in_place, fp16_wire)], _single)
+    fp16_wire = False
+    if compression is not Compression.none:
+        if compression is not Compression.fp16:
+            raise ValueError("%s: the core compresses only with Compression.fp16; compress other ways before "
+                             "calling" % what)
+        fp16_wire = tensor.dtype is torch.float32 or tensor.dtype is torch.float64
+    if output is not None:
+        _check_tensor(output, what)
+        if in_place:
+            raise ValueError("%s: an output tensor cannot be given to the in-place form" % what)
+    return _Handle([_C.allreduce_async(tensor, name, op, pre, post, in_place, fp16_wire, output)], _single)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -211,7 +226,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     op = _resolve_op(op, average, "allreduce_async")
     if compression is Compression.none or _core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
         return _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, False,
-                                "allreduce_async", compression is not Compression.none)
+                                "allreduce_async", compression)
     compressed, ctx = compression.compress(tensor)
     handle = _allreduce_async(compressed, name, op, prescale_factor, postscale_factor, process_set, False,
                               "allreduce_async")

@@ -1,6 +1,8 @@
 """DistributedOptimizer, as ``horovod.torch.optimizer``.
 
-A hook on each parameter's gradient accumulator starts that gradient's
+A hook on each parameter that runs when its gradient has been accumulated
+(``register_post_accumulate_grad_hook`` on PyTorch 2.1+, a hook on the
+parameter's grad accumulator before; see _compat.py) starts that gradient's
 allreduce while backward is still running; step() waits for them and steps.
 
 Beyond Horovod, the hooks count each parameter once per backward pass even
@@ -8,7 +10,9 @@ when activation checkpointing (torch.utils.checkpoint with use_reentrant=True)
 runs parts of the backward pass as nested backward calls: a parameter used in
 several checkpointed segments gets its accumulator hook called once per
 segment. Passes are told apart by the outermost ``torch.autograd.backward``
-frame. A piece of gradient that arrives after the parameter's allreduce was
+frame (or the autograd graph task where no such frame is on the hook's thread;
+_compat.backward_pass_key). With ``use_reentrant=False`` (2.x's recommendation)
+each gradient is accumulated once per pass anyway. A piece of gradient that arrives after the parameter's allreduce was
 started (same pass) is kept aside by a tensor hook, reduced at synchronize()
 and added; such parameters are sent at synchronize() from then on. For this
 the gradient allreduce is out of place (Horovod's is in place): one extra
@@ -21,32 +25,17 @@ faults: the allocator returns large blocks to the system when they are freed).
 """
 
 import os
-import sys
 import warnings
 from contextlib import contextmanager
 
 import torch
 
 from horovodlite.common.process_sets import global_process_set, check_global
-from horovodlite.torch import _C
+from horovodlite.torch._compat import backward_pass_key, register_grad_ready_hook
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
-from horovodlite.torch.mpi_ops import (Average, Adasum, Sum, _Handle, _single, allreduce_async,  # noqa: F401
+from horovodlite.torch.mpi_ops import (Average, Adasum, Sum, _allreduce_async, allreduce_async,  # noqa: F401
                                        grouped_allreduce_async, sparse_allreduce_async, synchronize, size)
-
-_BACKWARD_CODE = torch.autograd.backward.__code__
-
-
-def _outermost_backward_frame():
-    """The frame of the outermost torch.autograd.backward call on this thread,
-    or None when the hook did not run under one (e.g. a C++ caller)."""
-    frame = sys._getframe(1)
-    outer = None
-    while frame is not None:
-        if frame.f_code is _BACKWARD_CODE:
-            outer = frame
-        frame = frame.f_back
-    return outer
 
 
 class _Pending(object):
@@ -98,11 +87,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.process_set = process_set
 
         self._handles = {}          # parameter (or group tuple) -> _Pending, or None until sent
-        self._grad_accs = []
+        self._grad_hooks = []      # keep the gradient-ready hooks registered
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
-        self._pass_frame = None     # the outermost backward frame of the current pass
+        self._pass_key = None       # what identifies the current backward pass (_compat)
         self._counted = set()       # parameters counted in the current pass
         self._rest = {}             # parameter -> gradient that arrived after its allreduce left
         self._late = set()          # parameters sent at synchronize() (their gradient arrives in pieces)
@@ -179,10 +168,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in param_group["params"]:
                 if p.requires_grad:
                     self._requires_update.add(p)
-                    p_tmp = p.expand_as(p)
-                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
+                    self._grad_hooks.append(register_grad_ready_hook(p, self._make_hook(p)))
                     p.register_hook(self._make_piece_hook(p))
 
     def _scale_factors(self):
@@ -205,9 +191,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         entry[1] = i
         return buffers[i]
 
-    def _allreduce_into(self, tensor, output, name, fp16_wire):
+    def _allreduce_into(self, tensor, output, name, compression):
         pre, post = self._scale_factors()
-        return _Handle([_C.allreduce_async(tensor, name, self.op, pre, post, False, fp16_wire, output)], _single)
+        return _allreduce_async(tensor, name, self.op, pre, post, self.process_set, False, "DistributedOptimizer",
+                                compression=compression, output=output)
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
@@ -221,14 +208,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             tensor = tensor.to_dense()
         elif self._compression is Compression.none:
             # Out of place, so that p.grad is only read while the allreduce runs.
-            return _Pending(self._allreduce_into(tensor, self._result_buffer(p, tensor), name, False), None)
+            return _Pending(self._allreduce_into(tensor, self._result_buffer(p, tensor), name, Compression.none),
+                            None)
         pre, post = self._scale_factors()
         if self._compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64):
             # The built-in fp16 compressor runs inside the core: the gradient is
             # converted while being packed for the wire and restored on the way out,
             # so no fp16 copy is made here; the result already has the grad's dtype.
             output = tensor.new_empty(tensor.shape) if p.grad.is_sparse else self._result_buffer(p, tensor)
-            handle = self._allreduce_into(tensor, output, name, True)
+            handle = self._allreduce_into(tensor, output, name, Compression.fp16)
             return _Pending(handle, tensor.dtype)  # FP16Compressor.decompress(x, dtype): a no-op cast
         compressed, ctx = self._compression.compress(tensor)
         # Out of place, so that p.grad is only read while the allreduce runs.
@@ -255,12 +243,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return _Pending(handle, ctxs)
 
     def _new_step(self):
-        self._pass_frame = None
+        self._pass_key = None
         self._counted = set()
 
     def _in_current_pass(self, p):
-        frame = _outermost_backward_frame()
-        return frame is not None and frame is self._pass_frame and p in self._counted
+        key = backward_pass_key()
+        return key is not None and key == self._pass_key and p in self._counted
 
     def _make_piece_hook(self, p):
         def piece_hook(grad):
@@ -275,11 +263,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _count_pass(self, p):
         """True if this hook call starts p's contribution to a new backward pass."""
-        frame = _outermost_backward_frame()
-        if frame is None:
+        key = backward_pass_key()
+        if key is None:
             return True
-        if frame is not self._pass_frame:
-            self._pass_frame = frame
+        if key != self._pass_key:
+            self._pass_key = key
             self._counted = set()
         if p in self._counted:
             return False
@@ -370,6 +358,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             yield
         finally:
             self._should_synchronize = True
+
+    def _step_locally(self, closure=None):
+        """The wrapped optimizer's step, without allreducing (for initialising
+        state on one rank, e.g. by broadcast_optimizer_state)."""
+        return super(self.__class__, self).step(closure)
 
     def step(self, closure=None):
         if self._should_synchronize:

@@ -2,6 +2,7 @@
 batch (float64, tight tolerance), with accumulation and with checkpointing."""
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -10,6 +11,9 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 import horovodlite.torch as hvd
 
 TOL = dict(rtol=1e-10, atol=1e-12)
+# checkpoint_sequential takes use_reentrant from PyTorch 2.x on (and warns when it
+# is left out); 1.13's is always reentrant.
+SEQ_REENTRANT_ARG = "use_reentrant" in inspect.signature(checkpoint_sequential).parameters
 BATCH = 4  # rows per rank per backward pass
 
 
@@ -36,8 +40,11 @@ def _forward(model, x, mode):
                        use_reentrant=reentrant)
         h = checkpoint(lambda t: model[3](model[2](t)), h, use_reentrant=reentrant)
         return model[6](model[5](model[4](h)))
+    if mode.startswith("seqnr"):
+        return checkpoint_sequential(model, int(mode[5:]), x, use_reentrant=False)
     if mode.startswith("seq"):
-        return checkpoint_sequential(model, int(mode[3:]), x.requires_grad_(True))
+        kwargs = {"use_reentrant": True} if SEQ_REENTRANT_ARG else {}
+        return checkpoint_sequential(model, int(mode[3:]), x.requires_grad_(True), **kwargs)
     raise ValueError(mode)
 
 
@@ -80,9 +87,11 @@ def _train(mode, size, rank, steps=3, passes=1, opt_name="sgd", op=None, compres
     return model, reference
 
 
-@pytest.mark.parametrize("mode", ["plain", "reentrant", "nonreentrant", "seq2", "seq3", "seq4"])
+@pytest.mark.parametrize("mode", ["plain", "reentrant", "nonreentrant", "seq2", "seq3", "seq4", "seqnr3"])
 @pytest.mark.parametrize("passes", [1, 2])
 def test_matches_single_process(mode, passes, size, rank):
+    if mode.startswith("seqnr") and not SEQ_REENTRANT_ARG:
+        pytest.skip("checkpoint_sequential(use_reentrant=False) needs PyTorch 2.x")
     model, reference = _train(mode, size, rank, passes=passes)
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         assert torch.allclose(p, q, **TOL), "%s differs (mode=%s, passes=%d)" % (name, mode, passes)

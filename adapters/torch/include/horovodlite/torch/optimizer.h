@@ -17,6 +17,7 @@
 
 #include "horovodlite/common.h"
 #include "horovodlite/torch/async_handle.h"
+#include "horovodlite/torch/compat.h"
 
 namespace torch {
 namespace autograd {
@@ -78,7 +79,7 @@ class DistributedOptimizer {
   struct Param {
     std::string name;
     at::Tensor tensor;
-    std::shared_ptr<::torch::autograd::Node> grad_accumulator;  // keeps the hook alive
+    compat::NodeHandle grad_accumulator;  // keeps the hook alive
     uintptr_t hook_key = 0;
     int delay = 0;  // backward passes left before the allreduce starts
     AsyncHandle handle;
