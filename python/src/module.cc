@@ -79,10 +79,12 @@ class PyHandle {
   bool poll() const { return handle_.poll(); }
 
   at::Tensor synchronize() const {
-    {
+    const HandlePtr& core = handle_.core_handle();
+    if (!core->poll()) {
       py::gil_scoped_release release;
       // Wait for completion without the GIL; errors are raised below, with it.
-      handle_.core_handle()->wait();
+      // (A completed op skips the GIL hand-off.)
+      core->wait();
     }
     // Completion is now known, so this does not block; it runs the finisher
     // (copy back into non-contiguous in-place targets) and throws on failure.
