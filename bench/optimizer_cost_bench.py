@@ -49,9 +49,9 @@ def free_port():
 
 def worker_tensors(args):
     """Part 1: per-tensor cost of horovodlite, gloo and (reference) one MPI call."""
-    from mpi4py import MPI
     import horovodlite.torch as hvd
     import torch.distributed as dist
+    from mpi4py import MPI
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     hvd.init()
@@ -153,7 +153,7 @@ def worker_memory(args):
     x = torch.randn(args.batch, width, generator=g)
     y = torch.randn(args.batch, width, generator=g)
     faults, times = [], []
-    for step in range(args.steps):
+    for _ in range(args.steps):
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         opt.zero_grad()

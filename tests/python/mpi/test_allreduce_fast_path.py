@@ -3,10 +3,9 @@ on storages the adapter pools (reused only once nothing references them), and
 fp16 compression converted by the core. Results must be those of Horovod's
 path: compress / allreduce / decompress, a fresh tensor per call."""
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 # Above the pool's 64 KiB floor, so that results come from pooled storages.
 N = 1 << 16
