@@ -48,6 +48,9 @@ void Handle::complete(Status status) {
     callbacks.swap(callbacks_);
   }
   for (auto& fn : callbacks) fn(status_);
+  // Release what the callbacks hold (the tensors an adapter keeps alive) before
+  // waking the waiters, so that a woken caller sees its buffers unreferenced.
+  callbacks.clear();
   cv_.notify_all();
 }
 

@@ -128,8 +128,10 @@ class PyHandle {
   bool poll() const { return handle_.poll(); }
 
   at::Tensor synchronize() const {
-    // Wait for completion without the GIL; errors are raised below, with it.
-    wait_checking_signals(handle_.core_handle(), std::nullopt);
+    const HandlePtr& core = handle_.core_handle();
+    // Wait for completion without the GIL, waking to run signal handlers; errors
+    // are raised below, with it. (A completed op skips the GIL hand-off.)
+    if (!core->poll()) wait_checking_signals(core, std::nullopt);
     // Completion is now known, so this does not block; it runs the finisher
     // (copy back into non-contiguous in-place targets) and throws on failure.
     return handle_.synchronize();

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "horovodlite/torch/error.h"
+#include "horovodlite/torch/output_pool.h"
 #include "horovodlite/torch/tensor_util.h"
 
 #ifdef HVL_TORCH_CUDA
@@ -155,9 +156,11 @@ AsyncHandle finish_with_slot(const HandlePtr& handle, std::shared_ptr<at::Tensor
 AsyncHandle allreduce_async(const at::Tensor& tensor, const std::string& name, const AllreduceOptions& options) {
   check_tensor(tensor, "allreduce");
   at::Tensor input = contiguous_input(tensor);
-  at::Tensor output = at::empty_like(input, at::MemoryFormat::Contiguous);
-  HandlePtr handle =
-      horovodlite::allreduce_async(name, make_view(input), make_view(output), options, ready_event(input));
+  // A fresh tensor on a reused storage once a steady state is reached: no page
+  // faults per call for large outputs (output_pool.h).
+  at::Tensor output = OutputPool::global().take(input);
+  HandlePtr handle = horovodlite::allreduce_async(name, make_checked_view(input), make_checked_view(output), options,
+                                                  ready_event(input));
   keep_alive(handle, {input, output});
   return AsyncHandle(handle, on_device(handle, input, [output]() { return output; }));
 }
@@ -183,7 +186,7 @@ AsyncHandle allreduce_async(const at::Tensor& input, const at::Tensor& output, c
 AsyncHandle allreduce_async_(const at::Tensor& tensor, const std::string& name, const AllreduceOptions& options) {
   check_tensor(tensor, "allreduce_");
   at::Tensor buffer = in_place_buffer(tensor);
-  TensorView view = make_view(buffer);
+  TensorView view = make_checked_view(buffer);
   HandlePtr handle = horovodlite::allreduce_async(name, view, view, options, ready_event(buffer));
   keep_alive(handle, {tensor, buffer});
   return AsyncHandle(handle, on_device(handle, buffer, finish_in_place(tensor, buffer)));

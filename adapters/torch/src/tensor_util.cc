@@ -59,7 +59,8 @@ at::ScalarType to_scalar_type(DataType dtype) {
 }
 
 void check_tensor(const at::Tensor& tensor, const std::string& what) {
-  check_argument(tensor.defined(), what + ": the tensor is undefined");
+  // Messages are built only on failure: this runs for every tensor of every op.
+  if (!tensor.defined()) check_argument(false, what + ": the tensor is undefined");
 #ifdef HVL_TORCH_CUDA
   const bool supported_device = tensor.device().is_cpu() || tensor.device().is_cuda();
   const char* supported = "CPU and CUDA tensors";
@@ -73,14 +74,18 @@ void check_tensor(const at::Tensor& tensor, const std::string& what) {
     msg << what << ": the LibTorch adapter supports " << supported << " (got a tensor on " << tensor.device() << ")";
     throw HorovodError(StatusCode::kUnimplemented, msg.str());
   }
-  check_argument(!tensor.is_sparse(), what + ": sparse tensors are not supported");
-  check_argument(!tensor.is_quantized(), what + ": quantized tensors are not supported");
+  if (tensor.is_sparse()) check_argument(false, what + ": sparse tensors are not supported");
+  if (tensor.is_quantized()) check_argument(false, what + ": quantized tensors are not supported");
   to_data_type(tensor.scalar_type());
 }
 
 TensorView make_view(const at::Tensor& tensor) {
   check_tensor(tensor, "make_view");
   check_argument(tensor.is_contiguous(), "make_view: the tensor must be contiguous");
+  return make_checked_view(tensor);
+}
+
+TensorView make_checked_view(const at::Tensor& tensor) {
   TensorView view;
   view.data = tensor.data_ptr();
   view.dtype = to_data_type(tensor.scalar_type());

@@ -1,6 +1,7 @@
 // Portable scalar kernels and the run-time dispatch to the AVX2/F16C ones.
 #include "kernels/reduce.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -406,6 +407,22 @@ void from_half_n(void* dst, const uint16_t* src, int64_t count, DataType dtype) 
   if (count <= 0) return;
   if (dtype == DataType::kFloat32) return half_to_float_n(static_cast<float*>(dst), src, count);
   if (dtype == DataType::kFloat64) return half_to_double_n(static_cast<double*>(dst), src, count);
+}
+
+void scale_as_half(void* buf, int64_t count, DataType dtype, double factor) {
+  if (factor == 1.0 || count <= 0) return;
+  if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) return scale(buf, count, dtype, factor);
+  constexpr int64_t kChunk = 1024;
+  uint16_t half[kChunk];
+  char* p = static_cast<char*>(buf);
+  const size_t esize = dtype_size(dtype);
+  for (int64_t done = 0; done < count; done += kChunk) {
+    const int64_t n = std::min(kChunk, count - done);
+    void* chunk = p + done * esize;
+    scale(chunk, n, dtype, factor);
+    to_half_n(half, chunk, n, dtype);
+    from_half_n(chunk, half, n, dtype);
+  }
 }
 
 void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype) {

@@ -71,6 +71,10 @@ void from_half_n(void* dst, const uint16_t* src, int64_t count, DataType dtype);
 // Same values as from_half_n, stored with non-temporal (streaming) stores on
 // the vector path: for large destinations that will not be read again soon.
 void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype);
+// buf[i] = widen(half(buf[i] * factor)): a result scaled in fp16 precision, as
+// Horovod scales its fp16 buffers (Average's division, a postscale), so that
+// fp16-compressed results are the fp16 values Horovod returns. factor 1: no-op.
+void scale_as_half(void* buf, int64_t count, DataType dtype, double factor);
 void reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype, ReduceOp op,
                       bool round_dst);
 // The same with the accumulator read from `a` (float32/float64 like dst):

@@ -39,11 +39,12 @@ void to_half(uint16_t* dst, const void* src, int64_t n, DataType dtype, double f
   }
 }
 
-// fp16 -> dst (float32 or float64), then * factor in the destination precision.
+// fp16 -> dst (float32 or float64), then * factor rounded to fp16 (Horovod
+// scales the fp16 buffer: the result is an fp16 value).
 void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double factor) {
   if (dtype == DataType::kFloat32) kernels::half_to_float_n(static_cast<float*>(dst), src, n);
   else kernels::half_to_double_n(static_cast<double*>(dst), src, n);
-  if (factor != 1.0) kernels::scale(dst, n, dtype, factor);
+  kernels::scale_as_half(dst, n, dtype, factor);
 }
 
 void zero_fill(const std::vector<std::pair<void*, int64_t>>& zeros) {

@@ -287,7 +287,7 @@ Status RingAllreduce::run_fp16_wire(const void* in, void* out, int64_t count, Da
       const int64_t n = std::min<int64_t>(1024, count - done);
       kernels::to_half_n(half, src + done * esize, n, dtype);
       kernels::from_half_n(dst + done * esize, half, n, dtype);
-      kernels::scale(dst + done * esize, n, dtype, postscale);
+      kernels::scale_as_half(dst + done * esize, n, dtype, postscale);
     }
     return Status::OK();
   }
@@ -324,7 +324,7 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
   const int64_t gather_sends_begin = send_step_start_[size_ - 1];
   auto scale_sent = [&](int64_t i) {
     if (i >= gather_sends_begin) {
-      kernels::scale(values(send_segments_[i]), send_segments_[i].bytes / 2, dtype, postscale);
+      kernels::scale_as_half(values(send_segments_[i]), send_segments_[i].bytes / 2, dtype, postscale);
     }
   };
   auto slot_free = [&](int64_t i, bool* free) -> Status {
@@ -392,7 +392,7 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
       kernels::from_half_n_streaming(values(r), received, n, dtype);  // final values: not read again here
     } else {
       kernels::from_half_n(values(r), received, n, dtype);
-      if (r.forward < 0) kernels::scale(values(r), n, dtype, postscale);  // else once its half has gone on
+      if (r.forward < 0) kernels::scale_as_half(values(r), n, dtype, postscale);  // else once its half has gone on
     }
     if (forward) {
       if (k >= gather_begin) std::memcpy(forward, received, static_cast<size_t>(r.bytes));

@@ -16,6 +16,9 @@ from horovodlite.torch.basics import (Average, Sum, Adasum, Min, Max, Product, _
                                       rank, size)
 from horovodlite.torch.compression import Compression
 
+# Reduce ops accepted as they are (Adasum is refused by _check_op).
+_PLAIN_OPS = frozenset(op for op in _OPS if op != Adasum)
+
 
 # ---------------------------------------------------------------- handles ----
 
@@ -49,6 +52,12 @@ def synchronize(handle):
     result (a tensor, a list of tensors for grouped operations, or
     ``(output, received_splits)`` for alltoall). Raises HorovodInternalError if
     the operation failed (for example, ranks disagreed about its shape)."""
+    if type(handle) is _Handle and not handle._done and handle._finish is _single:
+        # The common case (one part), without the general path's list building.
+        handle._result = handle._parts[0].synchronize()
+        handle._done = True
+        handle._finish = None
+        return handle._result
     if handle is None:
         return None
     if callable(handle) and not isinstance(handle, _Handle):
@@ -114,6 +123,8 @@ def _check_root(root_rank, what):
 
 
 def _check_factor(value, what, arg):
+    if type(value) is float:  # the common case, first
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError("%s: %s must be a number, got %s" % (what, arg, type(value).__name__))
     return float(value)
@@ -121,6 +132,11 @@ def _check_factor(value, what, arg):
 
 def _resolve_op(op, average, what):
     """Horovod's handling of the deprecated ``average`` argument."""
+    if average is None:  # the common cases, first
+        if op is None:
+            return Average
+        if type(op) is int and op in _PLAIN_OPS:
+            return op
     if op is not None and average is not None:
         raise ValueError("%s: the op parameter supersedes average. Please provide only one of them." % what)
     if average is not None:
@@ -141,6 +157,41 @@ def _check_op(op, what):
 
 
 # -------------------------------------------------------------- allreduce ----
+#
+# One set of checks per call: Python checks what only Python can (argument
+# types, Horovod's op and `average` rules, the process set); the tensor itself
+# (dtype, device, layout, size) is checked once, by the adapter and the core,
+# whose errors name the tensor.
+
+def _check_allreduce_args(tensor, name, prescale_factor, postscale_factor, process_set, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
+    if process_set is not global_process_set:
+        check_global(process_set, what)
+    name = "" if name is None else _name(name, what)
+    pre = _check_factor(prescale_factor, what, "prescale_factor")
+    post = _check_factor(postscale_factor, what, "postscale_factor")
+    return name, pre, post
+
+
+def _core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
+    """Whether ``compression`` is Horovod's fp16 compression of a tensor that the
+    core converts to fp16 while packing it for the wire (float32):
+    no fp16 copy in Python, the result in the tensor's dtype. Taken where the
+    result is the one Horovod's compress / fp16 allreduce / decompress gives
+    (the core rounds Average's quotient to fp16 as Horovod does); a prescale
+    factor (which the core applies before the conversion, keeping precision
+    Horovod loses) or a postscale factor takes the Python compressor."""
+    if compression is not Compression.fp16 or not isinstance(tensor, torch.Tensor):
+        return False
+    if tensor.dtype is not torch.float32:
+        # float64: torch (hence Horovod's compressor) rounds to fp16 through
+        # float32, the core rounds once; rare enough to keep Horovod's path.
+        return False
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        return False
+    return op in (Sum, Average, Min, Max)
+
 
 def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, in_place, what,
                      compression=Compression.none, output=None):
@@ -149,29 +200,37 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, proces
     result has the input's dtype; other dtypes go as they are). output (out of
     place only): the tensor to write the result into (same shape and dtype as
     ``tensor``), e.g. a buffer reused from step to step; None: a new tensor."""
-    _check_tensor(tensor, what)
-    check_global(process_set, what)
-    pre = _check_factor(prescale_factor, what, "prescale_factor")
-    post = _check_factor(postscale_factor, what, "postscale_factor")
-    if compression is not Compression.none and compression is not Compression.fp16:
-        raise ValueError("%s: the core compresses only with Compression.fp16; compress other ways before "
-                         "calling" % what)
+    if isinstance(tensor, torch.Tensor) and tensor.is_sparse:
+        raise ValueError("%s: sparse tensors are not supported (use sparse_as_dense=True or .to_dense())" % what)
+    name, pre, post = _check_allreduce_args(tensor, name, prescale_factor, postscale_factor, process_set, what)
+    fp16_wire = False
+    if compression is not Compression.none:
+        if compression is not Compression.fp16:
+            raise ValueError("%s: the core compresses only with Compression.fp16; compress other ways before "
+                             "calling" % what)
+        fp16_wire = tensor.dtype is torch.float32 or tensor.dtype is torch.float64
     if output is not None:
         _check_tensor(output, what)
         if in_place:
             raise ValueError("%s: an output tensor cannot be given to the in-place form" % what)
-    fp16_wire = compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64)
-    part = _C.allreduce_async(tensor, _name(name, what), op, pre, post, in_place, fp16_wire, output)
-    return _Handle([part], _single)
+    return _Handle([_C.allreduce_async(tensor, name, op, pre, post, in_place, fp16_wire, output)], _single)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=global_process_set):
+                    process_set=global_process_set, compression=Compression.none):
     """Asynchronously averages (or sums, ...) ``tensor`` over all processes; the
-    input is not modified. Returns a handle for poll()/synchronize()."""
+    input is not modified. Returns a handle for poll()/synchronize().
+    ``compression=hvd.Compression.fp16`` (a horovodlite extension; Horovod's
+    allreduce_async has no compression argument) sends float32/float64 tensors
+    as fp16 and returns the result in the tensor's dtype, as allreduce() does."""
     op = _resolve_op(op, average, "allreduce_async")
-    return _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, False,
-                            "allreduce_async")
+    if compression is Compression.none or _core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
+        return _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, False,
+                                "allreduce_async", compression)
+    compressed, ctx = compression.compress(tensor)
+    handle = _allreduce_async(compressed, name, op, prescale_factor, postscale_factor, process_set, False,
+                              "allreduce_async")
+    return _Handle(handle._parts, lambda parts, outputs: compression.decompress(outputs[0], ctx))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -206,6 +265,18 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Averages (or sums, ...) ``tensor`` over all processes and returns the
     result; the input is not modified. Differentiable."""
+    if not (torch.is_grad_enabled() and isinstance(tensor, torch.Tensor) and tensor.requires_grad):
+        # No graph to record: straight to the core, one set of checks, the
+        # output from the adapter's pool, fp16 converted by the core.
+        resolved = _resolve_op(op, average, "allreduce")
+        if compression is Compression.none or _core_fp16(tensor, compression, resolved, prescale_factor,
+                                                         postscale_factor):
+            name, pre, post = _check_allreduce_args(tensor, name, prescale_factor, postscale_factor, process_set,
+                                                    "allreduce")
+            if tensor.is_sparse:
+                _check_tensor(tensor, "allreduce")
+            return _C.allreduce_async(tensor, name, resolved, pre, post, False,
+                                      compression is not Compression.none).synchronize()
     _check_tensor(tensor, "allreduce")
     _resolve_op(op, average, "allreduce")
     tensor_compressed, ctx = compression.compress(tensor)

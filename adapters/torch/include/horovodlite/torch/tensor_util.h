@@ -23,6 +23,9 @@ void check_tensor(const at::Tensor& tensor, const std::string& what);
 
 // A view of a contiguous CPU tensor (checked). The tensor must outlive the view.
 TensorView make_view(const at::Tensor& tensor);
+// The same for a tensor the caller has already passed through check_tensor() and
+// made contiguous (the adapter's per-op path: one set of checks per tensor).
+TensorView make_checked_view(const at::Tensor& tensor);
 
 }  // namespace torch
 }  // namespace horovodlite

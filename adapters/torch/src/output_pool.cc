@@ -1,0 +1,71 @@
+#include "horovodlite/torch/output_pool.h"
+
+#include <algorithm>
+
+namespace horovodlite {
+namespace torch {
+namespace {
+
+// A fresh tensor (new TensorImpl, no autograd history) on `storage`.
+at::Tensor on_storage(const c10::Storage& storage, const at::Tensor& like) {
+  at::NoGradGuard no_grad;
+  at::Tensor t = at::empty({0}, like.options().memory_format(c10::nullopt));
+  t.set_(storage, 0, like.sizes());
+  return t;
+}
+
+// Only the pool references it: no tensor, view or Python storage object does.
+bool unused(const c10::Storage& s) { return s.use_count() == 1; }
+
+}  // namespace
+
+OutputPool& OutputPool::global() {
+  static OutputPool* pool = new OutputPool();  // leaked: outlives tensors freed at exit
+  return *pool;
+}
+
+at::Tensor OutputPool::take(const at::Tensor& like) {
+  const size_t nbytes = static_cast<size_t>(like.numel()) * like.element_size();
+  if (!like.device().is_cpu() || nbytes < kMinBytes || nbytes > kMaxBytes) {
+    return at::empty(like.sizes(), like.options().memory_format(at::MemoryFormat::Contiguous));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < storages_.size(); ++i) {
+    if (storages_[i].nbytes() == nbytes && unused(storages_[i])) {
+      c10::Storage s = storages_[i];
+      // Most recently used last: eviction takes the front.
+      std::rotate(storages_.begin() + i, storages_.begin() + i + 1, storages_.end());
+      return on_storage(s, like);
+    }
+  }
+  at::Tensor fresh = at::empty(like.sizes(), like.options().memory_format(at::MemoryFormat::Contiguous));
+  // Make room by dropping unused storages, oldest first; storages in use stay
+  // (they leave the pool only when free, so the bounds hold for what it owns).
+  for (size_t i = 0; i < storages_.size() &&
+                     (storages_.size() >= kMaxEntries || bytes_ + nbytes > kMaxBytes);) {
+    if (unused(storages_[i])) {
+      bytes_ -= storages_[i].nbytes();
+      storages_.erase(storages_.begin() + i);
+    } else {
+      ++i;
+    }
+  }
+  if (storages_.size() < kMaxEntries && bytes_ + nbytes <= kMaxBytes) {
+    storages_.push_back(fresh.storage());
+    bytes_ += nbytes;
+  }
+  return fresh;
+}
+
+size_t OutputPool::entries() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return storages_.size();
+}
+
+size_t OutputPool::bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+}  // namespace torch
+}  // namespace horovodlite

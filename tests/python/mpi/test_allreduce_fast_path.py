@@ -1,0 +1,126 @@
+"""hvd.allreduce without autograd: the fast path straight to the core, results
+on storages the adapter pools (reused only once nothing references them), and
+fp16 compression converted by the core. Results must be those of Horovod's
+path: compress / allreduce / decompress, a fresh tensor per call."""
+
+import horovodlite.torch as hvd
+import pytest
+import torch
+
+# Above the pool's 64 KiB floor, so that results come from pooled storages.
+N = 1 << 16
+
+
+def _input(i):
+    return torch.arange(N, dtype=torch.float32) * 0.5 + (hvd.rank() + 1) * 1000.0 + i
+
+
+def _expected_sum(i, size):
+    return torch.arange(N, dtype=torch.float32) * 0.5 * size + 1000.0 * size * (size + 1) / 2 + i * size
+
+
+def test_held_results_are_never_overwritten(size):
+    held = []
+    for i in range(12):  # more results than the pool holds storages
+        held.append(hvd.allreduce(_input(i), name="pool.hold.%d" % i, op=hvd.Sum))
+    for i, r in enumerate(held):
+        assert torch.equal(r, _expected_sum(i, size)), i
+    assert len({r.data_ptr() for r in held}) == len(held)
+
+
+def test_views_and_storages_keep_a_result_alive(size):
+    r = hvd.allreduce(_input(0), name="pool.view.0", op=hvd.Sum)
+    view = r[1:]                      # a view on the result's storage
+    r_ptr = r.data_ptr()
+    s = hvd.allreduce(_input(1), name="pool.view.1", op=hvd.Sum)
+    storage = s.storage()             # a storage object alone keeps it too
+    s_ptr = s.data_ptr()
+    del r, s
+    for i in range(2, 8):             # results dropped at once: their storages are free for reuse
+        out = hvd.allreduce(_input(i), name="pool.view.%d" % i, op=hvd.Sum)
+        assert torch.equal(out, _expected_sum(i, size))
+        assert out.data_ptr() not in (r_ptr, s_ptr)
+        del out
+    assert torch.equal(view, _expected_sum(0, size)[1:])
+    kept = torch.tensor([], dtype=torch.float32).set_(storage)
+    assert torch.equal(kept, _expected_sum(1, size))
+
+
+def test_reused_results_are_fresh_tensors(size):
+    a = hvd.allreduce(_input(0), name="pool.fresh.a", op=hvd.Sum)
+    a.requires_grad_(True)
+    (a * 2).sum().backward()          # autograd metadata on a (a leaf with a .grad)
+    del a
+    b = hvd.allreduce(_input(1), name="pool.fresh.b", op=hvd.Sum)
+    assert not b.requires_grad and b.grad_fn is None and b.grad is None
+    assert torch.equal(b, _expected_sum(1, size))
+    b.mul_(2)  # a result is the caller's to change
+    c = hvd.allreduce(_input(2), name="pool.fresh.c", op=hvd.Sum)
+    assert torch.equal(c, _expected_sum(2, size)) and torch.equal(b, _expected_sum(1, size) * 2)
+
+
+def test_result_shape_dtype_and_noncontiguous_input(size):
+    x = (torch.arange(2 * N, dtype=torch.float64).reshape(2, N) + hvd.rank()).t()  # non-contiguous
+    out = hvd.allreduce(x, name="pool.nc", op=hvd.Sum)
+    assert out.shape == x.shape and out.dtype == torch.float64 and out.is_contiguous()
+    expected = torch.arange(2 * N, dtype=torch.float64).reshape(2, N).t() * size + sum(range(size))
+    assert torch.equal(out, expected)
+    assert torch.equal(hvd.allreduce(x, name="pool.nc.avg"), expected / size)
+
+
+def test_requires_grad_keeps_the_autograd_path(size):
+    x = _input(0).requires_grad_(True)
+    y = hvd.allreduce(x, name="pool.grad", op=hvd.Sum)
+    assert y.grad_fn is not None
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.full((N,), float(size)))
+    with torch.no_grad():
+        z = hvd.allreduce(x, name="pool.nograd", op=hvd.Sum)
+    assert z.grad_fn is None and torch.equal(z, _expected_sum(0, size))
+
+
+def _horovod_fp16(t, op, size):
+    """Horovod's result: the fp16 values summed with fp16 rounding of each partial
+    sum, the sum scaled by 1/size in float and rounded to fp16, cast back."""
+    gathered = hvd.allgather(t.to(torch.float16).unsqueeze(0), name="fp16.ref.%s" % op)
+    acc = gathered[0]
+    for r in range(1, size):
+        acc = (acc.float() + gathered[r].float()).half()
+    if op == hvd.Average:
+        acc = (acc.float() * torch.tensor(1.0 / size, dtype=torch.float32)).half()
+    # Another order of the partial sums (a ring) rounds differently: each of the
+    # size - 1 roundings is within half an fp16 ulp of a partial sum, which is at
+    # most the sum of magnitudes.
+    bound = gathered.float().abs().sum(0) * (size - 1) * 2.0 ** -11
+    if op == hvd.Average:
+        bound = bound / size
+    return acc.to(t.dtype), bound.to(t.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
+@pytest.mark.parametrize("n", [33, N])
+def test_fp16_compression_matches_horovod(dtype, op, n, size):
+    g = torch.Generator().manual_seed(100 + hvd.rank())
+    t = (torch.randn(n, generator=g, dtype=torch.float64) * 3).to(dtype)
+    out = hvd.allreduce(t, name="fp16.%s.%s.%d" % (dtype, op, n), op=op, compression=hvd.Compression.fp16)
+    assert out.dtype == dtype
+    expected, bound = _horovod_fp16(t, op, size)
+    if size == 2:
+        # Two ranks: one fp16 rounding of the sum, whatever the order: bitwise equal.
+        assert torch.equal(out, expected)
+    else:
+        # Rounding differences of the summation order, plus Average's rounding.
+        assert bool(((out - expected).abs() <= 2 * bound + 2.0 ** -24).all())
+    h = hvd.allreduce_async(t, name="fp16.async.%s.%s.%d" % (dtype, op, n), op=op,
+                            compression=hvd.Compression.fp16)
+    assert torch.equal(hvd.synchronize(h), out)
+
+
+def test_fp16_compression_leaves_other_dtypes_as_horovod(size):
+    ints = torch.arange(10, dtype=torch.int32) + hvd.rank()
+    out = hvd.allreduce(ints, name="fp16.ints", op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert out.dtype == torch.int32 and torch.equal(out, torch.arange(10, dtype=torch.int32) * size + sum(range(size)))
+    bf = torch.full((5,), 1.0 + hvd.rank(), dtype=torch.bfloat16)
+    out = hvd.allreduce(bf, name="fp16.bf16", op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert out.dtype == torch.bfloat16 and torch.equal(out.float(), torch.full((5,), size * (size + 1) / 2.0))
