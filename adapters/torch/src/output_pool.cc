@@ -1,5 +1,7 @@
 #include "horovodlite/torch/output_pool.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 
 namespace horovodlite {
