@@ -83,8 +83,10 @@ TEST(Groups, WithheldMemberHoldsTheWholeGroup) {
     }
     settle("r" + std::to_string(round) + ".held");
     for (int i = 0; i < n; ++i) {
-      if (handles[i]) EXPECT_FALSE(handles[i]->poll()) << "'" << group[i] << "' completed while '" << group[withheld]
-                                                       << "' was withheld on rank " << size - 1 << " (round " << round << ")";
+      if (handles[i]) {
+        EXPECT_FALSE(handles[i]->poll()) << "'" << group[i] << "' completed while '" << group[withheld]
+                                         << "' was withheld on rank " << size - 1 << " (round " << round << ")";
+      }
     }
     // Everything else has settled: the release is the only work of its cycle.
     const Stats before = stats();

@@ -191,7 +191,9 @@ TEST(DistributedOptimizer, UnusedParametersAndRankDependentHookOrder) {
   ASSERT_TRUE(it_left != order.end() && it_right != order.end());
   const int64_t left_before_right = it_left < it_right ? 1 : 0;
   at::Tensor flags = hvt::allgather(at::full({1}, left_before_right, at::kLong), "hook.order");
-  if (size() >= 2) EXPECT_NE(flags[0].item<int64_t>(), flags[1].item<int64_t>()) << "hook orders did not differ";
+  if (size() >= 2) {
+    EXPECT_NE(flags[0].item<int64_t>(), flags[1].item<int64_t>()) << "hook orders did not differ";
+  }
 }
 
 TEST(DistributedOptimizer, TooManyBackwardPassesIsAnError) {
