@@ -10,7 +10,7 @@ import warnings
 import torch
 
 from horovodlite.common.exceptions import HorovodInternalError  # noqa: F401  (re-exported)
-from horovodlite.common.process_sets import ProcessSet, global_process_set, check_global  # noqa: F401
+from horovodlite.common.process_sets import ProcessSet, global_process_set, _ps_id, _ps_size, _ps_rank  # noqa: F401
 from horovodlite.torch import _C
 from horovodlite.torch.basics import (Average, Sum, Adasum, Min, Max, Product, _OPS,  # noqa: F401
                                       rank, size)
@@ -145,10 +145,10 @@ def _check_op(op, what):
 def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, in_place, what,
                      fp16_wire=False):
     _check_tensor(tensor, what)
-    check_global(process_set, what)
+    psid = _ps_id(process_set, what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
-    part = _C.allreduce_async(tensor, _name(name, what), op, pre, post, in_place, fp16_wire)
+    part = _C.allreduce_async(tensor, _name(name, what), op, pre, post, in_place, fp16_wire, process_set_id=psid)
     return _Handle([part], _single)
 
 
@@ -211,11 +211,11 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 def _grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor, process_set, in_place,
                              what):
     _check_tensors(tensors, what)
-    check_global(process_set, what)
+    psid = _ps_id(process_set, what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
     names = _group_names(name, len(tensors), what)
-    parts = [_C.allreduce_async(t, n, op, pre, post, in_place) for t, n in zip(tensors, names)]
+    parts = [_C.allreduce_async(t, n, op, pre, post, in_place, process_set_id=psid) for t, n in zip(tensors, names)]
     return _Handle(parts, _grouped)
 
 
@@ -282,8 +282,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Asynchronously concatenates every process's ``tensor`` along dimension 0
     (which may differ between processes; the other dimensions must match)."""
     _check_tensor(tensor, "allgather_async")
-    check_global(process_set, "allgather_async")
-    return _Handle([_C.allgather_async(tensor, _name(name, "allgather_async"))], _single)
+    psid = _ps_id(process_set, "allgather_async")
+    return _Handle([_C.allgather_async(tensor, _name(name, "allgather_async"), psid)], _single)
 
 
 def _allgather_grad(grad_output, dim0, process_set):
@@ -291,7 +291,7 @@ def _allgather_grad(grad_output, dim0, process_set):
     # then each rank keeps the rows it contributed.
     grad_reduced = allreduce(grad_output, op=Average, process_set=process_set)
     dims = allgather(torch.tensor([dim0], dtype=torch.int64), process_set=process_set)
-    offset = int(dims[:rank()].sum().item())
+    offset = int(dims[:_ps_rank(process_set, "allgather")].sum().item())
     return grad_reduced.narrow(0, offset, dim0)
 
 
@@ -320,9 +320,9 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Asynchronous allgather of a list of tensors; synchronize() returns a list."""
     _check_tensors(tensors, "grouped_allgather_async")
-    check_global(process_set, "grouped_allgather_async")
+    psid = _ps_id(process_set, "grouped_allgather_async")
     names = _group_names(name, len(tensors), "grouped_allgather_async")
-    return _Handle([_C.allgather_async(t, n) for t, n in zip(tensors, names)], _grouped)
+    return _Handle([_C.allgather_async(t, n, psid) for t, n in zip(tensors, names)], _grouped)
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -383,7 +383,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     if tensor.layout != torch.sparse_coo:
         raise ValueError("%s: expected a sparse COO tensor (layout torch.sparse_coo), got %s"
                          % (what, tensor.layout))
-    check_global(process_set, what)
+    psid = _ps_id(process_set, what)
     op = _check_op(op, what)
     if op not in (Average, Sum):
         raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
@@ -394,9 +394,9 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     # The size travels too (a few bytes, fused with the rest) so that ranks that
     # disagree about it get an error instead of a tensor with foreign indices.
     shape = torch.tensor(list(tensor.shape), dtype=torch.int64)
-    parts = [_C.allgather_async(indices, base + ".indices"), _C.allgather_async(values, base + ".values"),
-             _C.allgather_async(shape, base + ".size")]
-    return _Handle(parts, _sparse_finish(tensor, op, size()))
+    parts = [_C.allgather_async(indices, base + ".indices", psid), _C.allgather_async(values, base + ".values", psid),
+             _C.allgather_async(shape, base + ".size", psid)]
+    return _Handle(parts, _sparse_finish(tensor, op, _ps_size(process_set, what)))
 
 
 _sparse_ids = [0]
@@ -414,16 +414,16 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     is not modified)."""
     _check_tensor(tensor, "broadcast_async")
     _check_root(root_rank, "broadcast_async")
-    check_global(process_set, "broadcast_async")
-    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async"), False)], _single)
+    psid = _ps_id(process_set, "broadcast_async")
+    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async"), False, psid)], _single)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place form of broadcast_async(): ``tensor`` receives root's value."""
     _check_tensor(tensor, "broadcast_async_")
     _check_root(root_rank, "broadcast_async_")
-    check_global(process_set, "broadcast_async_")
-    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async_"), True)], _single)
+    psid = _ps_id(process_set, "broadcast_async_")
+    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async_"), True, psid)], _single)
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -456,7 +456,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # --------------------------------------------------------------- alltoall ----
 
-def _splits_list(tensor, splits, what):
+def _splits_list(tensor, splits, what, n=None):
     if splits is None:
         return []
     if isinstance(splits, torch.Tensor):
@@ -473,7 +473,7 @@ def _splits_list(tensor, splits, what):
     else:
         raise TypeError("%s: splits must be None, a list of ints or an integer tensor, got %s"
                         % (what, type(splits).__name__))
-    n = size()
+    n = size() if n is None else n
     if len(values) != n:
         raise ValueError("%s: splits has %d entries; it needs one per rank (%d)" % (what, len(values), n))
     if any(v < 0 for v in values):
@@ -494,15 +494,15 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     rows to rank j (even split when None). synchronize() returns
     ``(output, received_splits)``."""
     _check_tensor(tensor, "alltoall_async")
-    check_global(process_set, "alltoall_async")
-    values = _splits_list(tensor, splits, "alltoall_async")
+    psid = _ps_id(process_set, "alltoall_async")
+    n = _ps_size(process_set, "alltoall_async")
+    values = _splits_list(tensor, splits, "alltoall_async", n)
     if not values:
-        n = size()
         dim0 = tensor.shape[0] if tensor.dim() > 0 else 1
         if dim0 % n != 0:
             raise ValueError("alltoall_async: without splits the first dimension (%d) must be divisible by the "
                              "number of ranks (%d)" % (dim0, n))
-    part = _C.alltoall_async(tensor, values, _name(name, "alltoall_async"))
+    part = _C.alltoall_async(tensor, values, _name(name, "alltoall_async"), psid)
     return _Handle([part], _alltoall_finish)
 
 
@@ -542,7 +542,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     ranks get one row more)."""
     what = "reducescatter_async"
     _check_tensor(tensor, what)
-    check_global(process_set, what)
+    psid = _ps_id(process_set, what)
     op = _check_op(op, what)
     if op not in (Average, Sum):
         raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
@@ -550,7 +550,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         raise ValueError("%s: the tensor needs at least one dimension" % what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
-    return _Handle([_C.reducescatter_async(tensor, _name(name, what), op, pre, post)], _single)
+    return _Handle([_C.reducescatter_async(tensor, _name(name, what), op, pre, post, psid)], _single)
 
 
 def _reducescatter_grad(grad_output, op, prescale_factor, postscale_factor, process_set):
@@ -558,7 +558,7 @@ def _reducescatter_grad(grad_output, op, prescale_factor, postscale_factor, proc
     grad = allgather(grad_output, process_set=process_set)
     scale = float(prescale_factor) * float(postscale_factor)
     if op == Sum:
-        scale *= size()
+        scale *= _ps_size(process_set, "reducescatter")
     return grad * scale if scale != 1.0 else grad
 
 
@@ -647,5 +647,4 @@ def join(device=-1):
 
 def barrier(process_set=global_process_set):
     """Blocks until every rank has reached the barrier."""
-    check_global(process_set, "barrier")
-    _C.barrier()
+    _C.barrier(_ps_id(process_set, "barrier"))

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 import torch
 
-from horovodlite.common.process_sets import global_process_set, check_global
+from horovodlite.common.process_sets import global_process_set, _ps_id
 from horovodlite.torch import _C
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
@@ -207,7 +207,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _allreduce_into(self, tensor, output, name, fp16_wire):
         pre, post = self._scale_factors()
-        return _Handle([_C.allreduce_async(tensor, name, self.op, pre, post, False, fp16_wire, output)], _single)
+        return _Handle([_C.allreduce_async(tensor, name, self.op, pre, post, False, fp16_wire, output,
+                                           _ps_id(self.process_set, "DistributedOptimizer"))], _single)
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
@@ -408,7 +409,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         groups: an int (that many fused groups) or a list of lists of parameters.
         sparse_as_dense: send sparse gradients as dense tensors.
     """
-    check_global(process_set, "DistributedOptimizer")
+    _ps_id(process_set, "DistributedOptimizer")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if op == Adasum:
