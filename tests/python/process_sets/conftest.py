@@ -17,6 +17,9 @@ def dynamic():
     os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
     hvd.init()
     yield
+    # Ranks outside a test's set finish early: wait for the members before the
+    # (collective) shutdown, which would otherwise end their ops.
+    hvd.barrier()
     hvd.shutdown()
     del os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"]
 
