@@ -155,6 +155,7 @@ def test_init_process_sets_from_ranks_and_an_mpi4py_communicator():
         with pytest.raises(ValueError, match="dynamic process sets"):
             hvd.remove_process_set(mine)
     finally:
+        hvd.barrier()  # shutdown is collective: it would end the other set's ops still running
         hvd.shutdown()
         if even_comm != MPI.COMM_NULL:
             even_comm.Free()
