@@ -14,6 +14,7 @@
 #include "logging.h"
 #include "op_util.h"
 #include "runtime.h"
+#include "stall_inspector.h"
 
 namespace horovodlite {
 
@@ -21,8 +22,8 @@ namespace {
 
 std::mutex g_mu;                    // guards g_runtime (init/shutdown vs. callers)
 std::shared_ptr<Runtime> g_runtime;  // the one mutable global: the handle to the runtime
-std::atomic<uint64_t> g_noname{0};
-std::atomic<uint64_t> g_barrier{0};
+std::atomic<uint64_t> g_noname{0};      // unnamed ops before init
+std::atomic<uint64_t> g_set_changes{0};  // add/remove_process_set calls (the same order on every rank)
 
 std::once_flag g_atexit_once;
 
@@ -63,9 +64,28 @@ HandlePtr failed(const std::string& name, Status s) {
   return h;
 }
 
-std::string auto_name(const std::string& name, const char* op) {
+// Unnamed ops are numbered per process set (names agree across a set's members
+// whatever other sets they use).
+std::string auto_name(const std::string& name, const char* op, const ProcessSet& set) {
   if (!name.empty()) return name;
-  return std::string(op) + ".noname." + std::to_string(g_noname.fetch_add(1));
+  auto rt = current();
+  const uint64_t n = rt ? rt->next_serial(set.id(), false) : g_noname.fetch_add(1);
+  return std::string(op) + ".noname." + std::to_string(n);
+}
+
+// What the argument checks need to know of the op's process set.
+struct SetView {
+  bool member = false;  // registered and this rank is in it (else enqueue reports why)
+  std::vector<int> ranks;
+  int rank = -1;
+  int size() const { return static_cast<int>(ranks.size()); }
+};
+
+SetView view_of(const ProcessSet& set) {
+  SetView v;
+  auto rt = current();
+  if (rt && rt->set_info(set.id(), &v.ranks, &v.rank)) v.member = v.rank >= 0;
+  return v;
 }
 
 Status check_tensor(const std::string& name, const TensorView& t, const char* what) {
@@ -118,14 +138,14 @@ Status check_scaling(const std::string& name, DataType dtype, ReduceOp op, doubl
 }
 
 // Builds and enqueues an entry, or returns a failed handle.
-HandlePtr submit(std::unique_ptr<TensorEntry> e) {
+HandlePtr submit(std::unique_ptr<TensorEntry> e, const ProcessSet& set) {
   auto rt = current();
   if (!rt) {
     return failed(e->request.name, Status::Precondition("horovodlite is not initialized (call init() first, or "
                                                         "init() again after shutdown()); cannot run '" +
                                                         e->request.name + "'"));
   }
-  return rt->enqueue(std::move(e));
+  return rt->enqueue(std::move(e), set.id());
 }
 
 std::unique_ptr<TensorEntry> make_entry(OpType type, const std::string& name, const TensorView& input,
@@ -151,10 +171,10 @@ Status init(const InitOptions& options) {
   std::shared_ptr<Runtime> rt;
   HVL_RETURN_IF_ERROR(Runtime::start(options, &rt));
   clear_job_failure();  // init is collective: every rank is in step again
-  // Generated names restart with the runtime, in step on every rank even if an op
-  // was abandoned or failed on some ranks only before.
+  // Generated names restart with the runtime (the per-set counters are new with
+  // it), in step on every rank even if an op was abandoned or failed on some
+  // ranks only before.
   g_noname = 0;
-  g_barrier = 0;
   g_runtime = std::move(rt);
   std::call_once(g_atexit_once, [] { std::atexit(shutdown_at_exit); });
   return Status::OK();
@@ -175,6 +195,94 @@ void request_shutdown() {
 }
 
 bool is_initialized() { return current() != nullptr; }
+
+// ---- process sets ----
+
+namespace {
+
+Status check_dynamic(const std::shared_ptr<Runtime>& rt, const char* what) {
+  if (!rt) return Status::Precondition(std::string("horovodlite is not initialized; cannot ") + what);
+  if (!rt->config().dynamic_process_sets) {
+    return Status::Precondition(std::string("cannot ") + what +
+                                ": runtime support for dynamic process sets is not enabled; set "
+                                "HOROVODLITE_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1) on every "
+                                "rank, or pass the sets to init()");
+  }
+  return Status::OK();
+}
+
+// A barrier of the global set whose execution runs `action` on every rank.
+Status run_set_change(const std::shared_ptr<Runtime>& rt, const std::string& name, std::function<Status()> action) {
+  TensorView none;
+  none.dtype = DataType::kUInt8;
+  none.shape = {0};
+  auto e = std::make_unique<TensorEntry>();
+  e->request.type = OpType::kBarrier;
+  e->request.name = name;
+  e->request.dtype = none.dtype;
+  e->request.shape = none.shape;
+  e->input = e->output = none;
+  e->handle = std::make_shared<Handle>(name);
+  e->action = std::move(action);
+  if (rt->on_background_thread()) {
+    return Status::Precondition("process sets cannot be added or removed from a completion callback");
+  }
+  return rt->enqueue(std::move(e), 0)->wait();
+}
+
+}  // namespace
+
+Status add_process_set(const std::vector<int>& ranks, ProcessSet* out) {
+  auto rt = current();
+  HVL_RETURN_IF_ERROR(check_dynamic(rt, "add a process set"));
+  auto id = std::make_shared<int32_t>(-1);
+  Runtime* r = rt.get();
+  HVL_RETURN_IF_ERROR(run_set_change(rt, "horovodlite.process_set.add." + std::to_string(g_set_changes.fetch_add(1)),
+                                     [r, ranks, id] { return r->register_set(ranks, id.get()); }));
+  if (out) *out = ProcessSet(*id);
+  return Status::OK();
+}
+
+Status remove_process_set(const ProcessSet& set) {
+  auto rt = current();
+  HVL_RETURN_IF_ERROR(check_dynamic(rt, "remove a process set"));
+  if (set.is_global()) return Status::InvalidArgument("the global process set (id 0) cannot be removed");
+  Runtime* r = rt.get();
+  const int32_t id = set.id();
+  return run_set_change(rt, "horovodlite.process_set.remove." + std::to_string(g_set_changes.fetch_add(1)),
+                        [r, id] { return r->unregister_set(id); });
+}
+
+std::vector<ProcessSet> process_sets() {
+  std::vector<ProcessSet> out;
+  auto rt = current();
+  if (!rt) return out;
+  for (int32_t id : rt->set_ids()) out.emplace_back(id);
+  return out;
+}
+
+bool ProcessSet::included() const { return rank() >= 0; }
+
+int ProcessSet::rank() const {
+  auto rt = current();
+  int r = -1;
+  if (!rt || !rt->set_info(id_, nullptr, &r)) return -1;
+  return r;
+}
+
+int ProcessSet::size() const {
+  auto rt = current();
+  std::vector<int> ranks;
+  if (!rt || !rt->set_info(id_, &ranks, nullptr)) return -1;
+  return static_cast<int>(ranks.size());
+}
+
+std::vector<int> ProcessSet::ranks() const {
+  auto rt = current();
+  std::vector<int> ranks;
+  if (rt) rt->set_info(id_, &ranks, nullptr);
+  return ranks;
+}
 
 bool cuda_built() { return device_backend_built(); }
 int nccl_version() { return device_nccl_version(); }
@@ -295,15 +403,15 @@ Status reducescatter_entry(const std::string& name, const TensorView& input, Out
   return Status::OK();
 }
 
-HandlePtr submit_or_fail(const std::string& name, Status s, std::unique_ptr<TensorEntry> e) {
-  return s.ok() ? submit(std::move(e)) : failed(name, std::move(s));
+HandlePtr submit_or_fail(const std::string& name, Status s, std::unique_ptr<TensorEntry> e, const ProcessSet& set) {
+  return s.ok() ? submit(std::move(e), set) : failed(name, std::move(s));
 }
 
 // A grouped op: names (auto-named), the group's id, one entry per member from
 // make(i, name, ready, &entry); every handle fails if one member is bad.
 std::vector<HandlePtr> submit_group(
     const char* op, std::vector<std::string> names, size_t count, size_t second_count, const char* second,
-    const std::vector<ReadyEventPtr>& ready, const std::vector<std::string>& group,
+    const std::vector<ReadyEventPtr>& ready, const std::vector<std::string>& group, const ProcessSet& set,
     const std::function<Status(size_t, const std::string&, ReadyEventPtr, std::unique_ptr<TensorEntry>*)>& make) {
   const std::string what = std::string("grouped_") + op;
   auto fail_all = [&](const Status& s) {
@@ -320,7 +428,7 @@ std::vector<HandlePtr> submit_group(
   }
   std::vector<std::string> members = group;
   if (members.empty()) {
-    for (std::string& n : names) n = auto_name(n, op);
+    for (std::string& n : names) n = auto_name(n, op, set);
     members = names;
   } else {
     for (const std::string& n : names) {
@@ -349,25 +457,30 @@ std::vector<HandlePtr> submit_group(
     return fail_all(Status::Precondition("horovodlite is not initialized (call init() first, or init() again "
                                          "after shutdown()); cannot run " + what + " of '" + names[0] + "'"));
   }
-  return rt->enqueue_group(std::move(entries));
+  return rt->enqueue_group(std::move(entries), set.id());
 }
 
 }  // namespace
 
 HandlePtr allreduce_async(const std::string& name_in, const TensorView& input, const TensorView& output,
                           const AllreduceOptions& options, ReadyEventPtr ready) {
-  const std::string name = auto_name(name_in, "allreduce");
+  const std::string name = auto_name(name_in, "allreduce", options.process_set);
   std::unique_ptr<TensorEntry> e;
   Status s = allreduce_entry(name, input, output, options, std::move(ready), &e);
-  return submit_or_fail(name, std::move(s), std::move(e));
+  return submit_or_fail(name, std::move(s), std::move(e), options.process_set);
+}
+
+HandlePtr allgather_async(const std::string& name, const TensorView& input, OutputAllocator allocate,
+                          ReadyEventPtr ready) {
+  return allgather_async(name, input, std::move(allocate), AllgatherOptions{}, std::move(ready));
 }
 
 HandlePtr allgather_async(const std::string& name_in, const TensorView& input, OutputAllocator allocate,
-                          ReadyEventPtr ready) {
-  const std::string name = auto_name(name_in, "allgather");
+                          const AllgatherOptions& options, ReadyEventPtr ready) {
+  const std::string name = auto_name(name_in, "allgather", options.process_set);
   std::unique_ptr<TensorEntry> e;
   Status s = allgather_entry(name, input, std::move(allocate), std::move(ready), &e);
-  return submit_or_fail(name, std::move(s), std::move(e));
+  return submit_or_fail(name, std::move(s), std::move(e), options.process_set);
 }
 
 std::vector<HandlePtr> grouped_allreduce_async(const std::vector<std::string>& names,
@@ -376,7 +489,7 @@ std::vector<HandlePtr> grouped_allreduce_async(const std::vector<std::string>& n
                                                const AllreduceOptions& options,
                                                const std::vector<ReadyEventPtr>& ready,
                                                const std::vector<std::string>& group) {
-  return submit_group("allreduce", names, inputs.size(), outputs.size(), "outputs", ready, group,
+  return submit_group("allreduce", names, inputs.size(), outputs.size(), "outputs", ready, group, options.process_set,
                       [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
                         return allreduce_entry(name, inputs[i], outputs[i], options, std::move(r), e);
                       });
@@ -386,8 +499,9 @@ std::vector<HandlePtr> grouped_allgather_async(const std::vector<std::string>& n
                                                const std::vector<TensorView>& inputs,
                                                const std::vector<OutputAllocator>& allocators,
                                                const std::vector<ReadyEventPtr>& ready,
-                                               const std::vector<std::string>& group) {
-  return submit_group("allgather", names, inputs.size(), allocators.size(), "allocators", ready, group,
+                                               const std::vector<std::string>& group,
+                                               const ProcessSet& process_set) {
+  return submit_group("allgather", names, inputs.size(), allocators.size(), "allocators", ready, group, process_set,
                       [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
                         return allgather_entry(name, inputs[i], allocators[i], std::move(r), e);
                       });
@@ -400,34 +514,59 @@ std::vector<HandlePtr> grouped_reducescatter_async(const std::vector<std::string
                                                    const std::vector<ReadyEventPtr>& ready,
                                                    const std::vector<std::string>& group) {
   return submit_group("reducescatter", names, inputs.size(), allocators.size(), "allocators", ready, group,
+                      options.process_set,
                       [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
                         return reducescatter_entry(name, inputs[i], allocators[i], options, std::move(r), e);
                       });
 }
 
-HandlePtr broadcast_async(const std::string& name_in, const TensorView& tensor, int root_rank, ReadyEventPtr ready) {
-  const std::string name = auto_name(name_in, "broadcast");
+HandlePtr broadcast_async(const std::string& name, const TensorView& tensor, int root_rank, ReadyEventPtr ready) {
+  return broadcast_async(name, tensor, root_rank, BroadcastOptions{}, std::move(ready));
+}
+
+HandlePtr broadcast_async(const std::string& name_in, const TensorView& tensor, int root_rank,
+                          const BroadcastOptions& options, ReadyEventPtr ready) {
+  const std::string name = auto_name(name_in, "broadcast", options.process_set);
   Status s = check_tensor(name, tensor, "tensor");
   const int n = size();
   if (s.ok() && n > 0 && (root_rank < 0 || root_rank >= n)) {
     s = Status::InvalidArgument("root rank " + std::to_string(root_rank) + " of broadcast '" + name +
                                 "' is out of range: there are " + std::to_string(n) + " ranks");
   }
+  // The root is a global rank (as Horovod); the set's communicator knows it by its rank in the set.
+  int root = root_rank;
+  const SetView set = view_of(options.process_set);
+  if (s.ok() && set.member && !options.process_set.is_global()) {
+    const auto it = std::find(set.ranks.begin(), set.ranks.end(), root_rank);
+    if (it == set.ranks.end()) {
+      s = Status::InvalidArgument("root rank " + std::to_string(root_rank) + " of broadcast '" + name +
+                                  "' is not in process set " + std::to_string(options.process_set.id()) +
+                                  " (ranks [" + rank_list(set.ranks) + "])");
+    } else {
+      root = static_cast<int>(it - set.ranks.begin());
+    }
+  }
   if (!s.ok()) return failed(name, s);
   auto e = make_entry(OpType::kBroadcast, name, tensor, std::move(ready));
-  e->request.root = root_rank;
-  return submit(std::move(e));
+  e->request.root = root;
+  return submit(std::move(e), options.process_set);
+}
+
+HandlePtr alltoall_async(const std::string& name, const TensorView& input, const std::vector<int64_t>& splits,
+                         OutputAllocator allocate, ReadyEventPtr ready) {
+  return alltoall_async(name, input, splits, std::move(allocate), AlltoallOptions{}, std::move(ready));
 }
 
 HandlePtr alltoall_async(const std::string& name_in, const TensorView& input, const std::vector<int64_t>& splits,
-                         OutputAllocator allocate, ReadyEventPtr ready) {
-  const std::string name = auto_name(name_in, "alltoall");
+                         OutputAllocator allocate, const AlltoallOptions& options, ReadyEventPtr ready) {
+  const std::string name = auto_name(name_in, "alltoall", options.process_set);
   Status s = check_tensor(name, input, "input");
   if (s.ok() && !allocate) s = Status::InvalidArgument("alltoall '" + name + "' needs an output allocator");
   if (s.ok() && input.shape.empty()) {
     s = Status::InvalidArgument("alltoall '" + name + "' needs a tensor with at least one dimension");
   }
-  const int n = size();
+  const SetView set = view_of(options.process_set);
+  const int n = set.member ? set.size() : 0;  // not a member: enqueue says so
   std::vector<int64_t> sp = splits;
   if (s.ok() && n > 0) {
     const int64_t dim0 = input.shape[0];
@@ -465,29 +604,31 @@ HandlePtr alltoall_async(const std::string& name_in, const TensorView& input, co
   auto e = make_entry(OpType::kAlltoall, name, input, std::move(ready));
   e->splits = std::move(sp);
   e->allocate = std::move(allocate);
-  return submit(std::move(e));
+  return submit(std::move(e), options.process_set);
 }
 
 HandlePtr reducescatter_async(const std::string& name_in, const TensorView& input, OutputAllocator allocate,
                               const ReducescatterOptions& options, ReadyEventPtr ready) {
-  const std::string name = auto_name(name_in, "reducescatter");
+  const std::string name = auto_name(name_in, "reducescatter", options.process_set);
   std::unique_ptr<TensorEntry> e;
   Status s = reducescatter_entry(name, input, std::move(allocate), options, std::move(ready), &e);
-  return submit_or_fail(name, std::move(s), std::move(e));
+  return submit_or_fail(name, std::move(s), std::move(e), options.process_set);
 }
 
-HandlePtr barrier_async() {
+HandlePtr barrier_async(const BarrierOptions& options) {
   TensorView none;
   none.dtype = DataType::kUInt8;
   none.shape = {0};
-  return submit(make_entry(OpType::kBarrier, "horovodlite.barrier." + std::to_string(g_barrier.fetch_add(1)), none));
+  auto rt = current();
+  const uint64_t n = rt ? rt->next_serial(options.process_set.id(), true) : 0;
+  return submit(make_entry(OpType::kBarrier, "horovodlite.barrier." + std::to_string(n), none), options.process_set);
 }
 
 HandlePtr join_async() {
   TensorView none;
   none.dtype = DataType::kUInt8;
   none.shape = {0};
-  return submit(make_entry(OpType::kJoin, kJoinName, none));
+  return submit(make_entry(OpType::kJoin, kJoinName, none), kGlobalProcessSet);
 }
 
 }  // namespace horovodlite

@@ -123,6 +123,7 @@ Status Config::from_env(Config* out) {
   if (c.timeline_path == "DYNAMIC") c.timeline_path.clear();
   HVL_RETURN_IF_ERROR(read_bool("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
   HVL_RETURN_IF_ERROR(read_double("PEER_TIMEOUT_SECONDS", 0.0, 1e7, &c.peer_timeout_s));
+  HVL_RETURN_IF_ERROR(read_bool("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets));
   {
     bool hierarchical = false;
     std::string var;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct TensorEntry {
   std::shared_ptr<ReadyEvent> ready;
   HandlePtr handle;
   std::chrono::steady_clock::time_point enqueued;
+  // A barrier of the global set that adds or removes a process set: run on the
+  // background thread, on every rank at the same point, instead of the barrier.
+  std::function<Status()> action;
 };
 
 }  // namespace horovodlite

@@ -95,18 +95,7 @@ Status MpiContext::init(const MPI_Comm* user_comm) {
 
   MPI_Comm base = user_comm ? *user_comm : MPI_COMM_WORLD;
   HVL_MPI_CHECK(MPI_Comm_dup(base, &comm_));
-  HVL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-  HVL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  // Errors come back as codes, which become Status values, instead of aborting.
-  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-
-  HVL_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_));
-  HVL_MPI_CHECK(MPI_Comm_rank(local_comm_, &local_rank_));
-  HVL_MPI_CHECK(MPI_Comm_size(local_comm_, &local_size_));
-  HVL_MPI_CHECK(MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_));
-  HVL_MPI_CHECK(MPI_Comm_rank(cross_comm_, &cross_rank_));
-  HVL_MPI_CHECK(MPI_Comm_size(cross_comm_, &cross_size_));
-
+  HVL_RETURN_IF_ERROR(init_communicators());
   MPI_Type_contiguous(2, MPI_BYTE, &half_type_);
   MPI_Type_commit(&half_type_);
   MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_);
@@ -122,15 +111,46 @@ Status MpiContext::init(const MPI_Comm* user_comm) {
   return Status::OK();
 }
 
+Status MpiContext::init_communicators() {
+  HVL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  HVL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  // Errors come back as codes, which become Status values, instead of aborting.
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+
+  HVL_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_));
+  HVL_MPI_CHECK(MPI_Comm_rank(local_comm_, &local_rank_));
+  HVL_MPI_CHECK(MPI_Comm_size(local_comm_, &local_size_));
+  HVL_MPI_CHECK(MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_));
+  HVL_MPI_CHECK(MPI_Comm_rank(cross_comm_, &cross_rank_));
+  HVL_MPI_CHECK(MPI_Comm_size(cross_comm_, &cross_size_));
+  return Status::OK();
+}
+
+Status MpiContext::init_subset(const MpiContext& parent, MPI_Comm comm) {
+  comm_ = comm;
+  owns_types_ = false;
+  thread_level_ = parent.thread_level_;
+  half_type_ = parent.half_type_;
+  bf16_type_ = parent.bf16_type_;
+  for (int row = 0; row < 2; ++row)
+    for (int i = 0; i < 4; ++i) half_ops_[row][i] = parent.half_ops_[row][i];
+  return init_communicators();
+}
+
 void MpiContext::release() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  if (owns_types_) {
+    for (auto& row : half_ops_)
+      for (auto& op : row)
+        if (op != MPI_OP_NULL) MPI_Op_free(&op);
+    if (half_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&half_type_);
+    if (bf16_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&bf16_type_);
+  }
   for (auto& row : half_ops_)
-    for (auto& op : row)
-      if (op != MPI_OP_NULL) MPI_Op_free(&op);
-  if (half_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&half_type_);
-  if (bf16_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&bf16_type_);
+    for (auto& op : row) op = MPI_OP_NULL;
+  half_type_ = bf16_type_ = MPI_DATATYPE_NULL;
   for (MPI_Comm* c : {&cross_comm_, &local_comm_, &comm_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }

@@ -13,7 +13,7 @@
 namespace horovodlite {
 
 // A communicator with this process's rank and size in it: what a Controller
-// negotiates on (the global one now; each process set will bring its own).
+// negotiates on (the global one, or a process set's).
 struct Communicator {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
@@ -29,6 +29,11 @@ class MpiContext {
 
   // comm: the communicator to duplicate (MPI_COMM_WORLD when null).
   Status init(const MPI_Comm* comm);
+  // A process set's context: takes over `comm` (this process is a member), with
+  // its own rank, size and local/cross communicators; the datatypes and
+  // reduction ops are borrowed from `parent`, which must outlive this context.
+  // Collective over `comm`.
+  Status init_subset(const MpiContext& parent, MPI_Comm comm);
   void release();
 
   MPI_Comm comm() const { return comm_; }
@@ -53,11 +58,15 @@ class MpiContext {
   MPI_Op reduce_op(ReduceOp op, DataType dtype) const;
 
  private:
+  // Rank, size and the local/cross communicators of comm_.
+  Status init_communicators();
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
   int thread_level_ = MPI_THREAD_SINGLE;
+  bool owns_types_ = true;  // false for a process set's context (borrowed from the global one)
   MPI_Datatype half_type_ = MPI_DATATYPE_NULL;
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
   // [0]: fp16 {sum, min, max, prod}; [1]: bf16 {...}

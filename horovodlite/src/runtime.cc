@@ -35,7 +35,16 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   set_log_level(rt->config_.log_level);
   HVL_RETURN_IF_ERROR(rt->mpi_.init(static_cast<const MPI_Comm*>(options.mpi_comm)));
   set_log_rank(rt->mpi_.rank());
-  rt->executor_ = std::make_unique<Executor>(rt->mpi_, rt->config_);
+  {
+    auto global = std::make_unique<ProcessSetState>();
+    global->id = 0;
+    for (int r = 0; r < rt->mpi_.size(); ++r) global->ranks.push_back(r);
+    global->rank = rt->mpi_.rank();
+    global->mpi = &rt->mpi_;
+    global->executor = std::make_unique<Executor>(rt->mpi_, rt->config_);
+    rt->global_ = global.get();
+    rt->sets_.emplace(0, std::move(global));
+  }
   if (!rt->config_.timeline_path.empty()) {
     // Only rank 0 opens the file; every rank learns the outcome, so that init
     // fails everywhere or nowhere (init is collective: no rank is left waiting).
@@ -50,11 +59,16 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   }
   rt->watchdog_ = std::make_unique<Watchdog>(
       rt->config_.peer_timeout_s, [r = rt.get()](const std::string& step, double waited) { r->on_peer_timeout(step, waited); });
-  rt->controller_ = std::make_unique<Controller>(
-      rt->mpi_.global(), rt->config_, rt->timeline_, *rt->watchdog_,
-      [r = rt.get()](const std::string& name, Request* request, Clock::time_point* enqueued) {
-        return r->find_local(name, request, enqueued);
-      });
+  rt->global_->controller = rt->make_controller(*rt->global_);
+  // Static process sets: collective over every rank, before the thread starts.
+  for (const std::vector<int>& ranks : options.process_sets) {
+    int32_t id = 0;
+    Status ps = rt->register_set(ranks, &id);
+    if (!ps.ok()) {
+      rt->stop();
+      return Status(ps.code(), "init(process_sets): " + ps.message());
+    }
+  }
   rt->thread_ = std::thread([r = rt.get()] { r->loop(); });
   HVL_LOG(kDebug, "started: size " << rt->mpi_.size() << ", fusion threshold " << rt->config_.fusion_threshold_bytes
                                    << " B, cycle time " << rt->config_.cycle_time_ms << " ms, cache capacity "
@@ -67,6 +81,26 @@ Runtime::~Runtime() {
   if (thread_.joinable()) stop();
 }
 
+std::string ProcessSetState::describe() const {
+  return "process set " + std::to_string(id) + " (ranks [" + rank_list(ranks) + "])";
+}
+
+std::unique_ptr<Controller> Runtime::make_controller(ProcessSetState& set) {
+  return std::make_unique<Controller>(
+      set.mpi->global(), config_, timeline_, *watchdog_,
+      [this, s = &set](const std::string& name, Request* request, Clock::time_point* enqueued) {
+        return find_local(*s, name, request, enqueued);
+      });
+}
+
+void Runtime::destroy(std::unique_ptr<ProcessSetState> set) {
+  if (!set) return;
+  if (set->executor) set->executor->drain();  // device ops still in flight complete first
+  set->controller.reset();
+  set->executor.reset();  // frees the algorithms' communicators (ring, NCCL)
+  set->own_mpi.reset();   // frees the set's communicators
+}
+
 Status Runtime::stop(bool exiting) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -75,7 +109,22 @@ Status Runtime::stop(bool exiting) {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (executor_) executor_->drain();  // device ops still in flight complete first
+  // Process sets go before the global communicator; the global set's controller
+  // stays (its counters), its executor drains.
+  std::vector<std::unique_ptr<ProcessSetState>> sets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = sets_.begin(); it != sets_.end();) {
+      if (it->first == 0) {
+        ++it;
+        continue;
+      }
+      sets.push_back(std::move(it->second));
+      it = sets_.erase(it);
+    }
+  }
+  for (auto& set : sets) destroy(std::move(set));
+  if (global_ && global_->executor) global_->executor->drain();
   watchdog_.reset();
   timeline_.stop();
   mpi_.release();
@@ -106,14 +155,17 @@ void Runtime::on_peer_timeout(const std::string& step, double waited_s) {
      << config_.peer_timeout_s << ", 0 disables)";
   const Status s = Status::Aborted(os.str());
   HVL_LOG(kError, s.message());
-  std::unordered_map<std::string, std::unique_ptr<TensorEntry>> table;
+  std::vector<std::unique_ptr<TensorEntry>> entries;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
     stop_reason_ = s;
-    table.swap(table_);
+    for (auto& kv : sets_) {
+      for (auto& e : kv.second->table) entries.push_back(std::move(e.second));
+      kv.second->table.clear();
+    }
   }
-  for (auto& kv : table) kv.second->handle->complete(s);
+  for (auto& e : entries) e->handle->complete(s);
   timeline_.stop();  // leave a complete file behind
   // The background thread is stuck in MPI and cannot be joined: only ending the
   // job ends the wait. MPI_Abort makes mpirun stop every rank with a non-zero exit.
@@ -123,10 +175,15 @@ void Runtime::on_peer_timeout(const std::string& step, double waited_s) {
 Stats Runtime::stats() const {
   Stats s;
   s.cycles = counters_.cycles;
-  if (controller_) {
-    s.negotiations = controller_->negotiations();
-    s.cache_hits = controller_->cache_hits();
-    s.tensors_negotiated = controller_->tensors_negotiated();
+  {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+    for (const auto& kv : sets_) {
+      const Controller* c = kv.second->controller.get();
+      if (!c) continue;
+      s.negotiations += c->negotiations();
+      s.cache_hits += c->cache_hits();
+      s.tensors_negotiated += c->tensors_negotiated();
+    }
   }
   s.responses_executed = counters_.responses_executed;
   s.fused_tensors = counters_.fused_tensors;
@@ -134,30 +191,73 @@ Stats Runtime::stats() const {
   return s;
 }
 
-HandlePtr Runtime::enqueue(std::unique_ptr<TensorEntry> entry) {
+bool Runtime::set_info(int32_t set_id, std::vector<int>* ranks, int* rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(set_id);
+  if (it == sets_.end()) return false;
+  if (ranks) *ranks = it->second->ranks;
+  if (rank) *rank = it->second->rank;
+  return true;
+}
+
+std::vector<int32_t> Runtime::set_ids() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> ids;
+  for (const auto& kv : sets_) ids.push_back(kv.first);
+  return ids;
+}
+
+uint64_t Runtime::next_serial(int32_t set_id, bool barrier) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sets_.find(set_id);
+  if (it == sets_.end()) return 0;
+  return barrier ? it->second->barriers++ : it->second->nonames++;
+}
+
+Status Runtime::check_enqueue_locked(int32_t set_id, const std::string& name, ProcessSetState** out) {
+  if (stopped_) {
+    // Say why (a peer exited, a stall, the watchdog) when it was not a plain shutdown.
+    return Status::Aborted((stop_reason_.ok() ? std::string("horovodlite has been shut down")
+                                              : stop_reason_.message()) +
+                           "; cannot run '" + name + "'");
+  }
+  auto it = sets_.find(set_id);
+  if (it == sets_.end()) {
+    return Status::InvalidArgument("process set " + std::to_string(set_id) +
+                                   " is not registered (never added, or removed); cannot run '" + name + "'");
+  }
+  ProcessSetState& set = *it->second;
+  if (!set.member()) {
+    return Status::InvalidArgument("rank " + std::to_string(mpi_.rank()) + " is not in " + set.describe() +
+                                   "; cannot run '" + name + "' on it");
+  }
+  if (set.removing) return Status::Precondition(set.describe() + " is being removed; cannot run '" + name + "' on it");
+  if (set.table.count(name)) {
+    return Status::DuplicateName("a collective named '" + name + "' is already in flight on rank " +
+                                 std::to_string(mpi_.rank()) + (set.id == 0 ? std::string() : " in " + set.describe()) +
+                                 "; wait for it to complete or use another name");
+  }
+  *out = &set;
+  return Status::OK();
+}
+
+HandlePtr Runtime::enqueue(std::unique_ptr<TensorEntry> entry, int32_t set_id) {
   HandlePtr handle = entry->handle;
   const std::string& name = entry->request.name;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) {
-      // Say why (a peer exited, a stall, the watchdog) when it was not a plain shutdown.
-      handle->complete(Status::Aborted((stop_reason_.ok() ? std::string("horovodlite has been shut down")
-                                                          : stop_reason_.message()) +
-                                       "; cannot run '" + name + "'"));
+    ProcessSetState* set = nullptr;
+    const Status s = check_enqueue_locked(set_id, name, &set);
+    if (!s.ok()) {
+      handle->complete(s);
       return handle;
     }
-    if (table_.count(name)) {
-      handle->complete(Status::DuplicateName("a collective named '" + name + "' is already in flight on rank " +
-                                             std::to_string(mpi_.rank()) +
-                                             "; wait for it to complete or use another name"));
-      return handle;
-    }
-    entry->request.rank = mpi_.rank();
+    entry->request.rank = set->rank;
     entry->enqueued = std::chrono::steady_clock::now();
-    wake = queue_.empty();
-    queue_.push_back(entry->request);
-    table_.emplace(name, std::move(entry));
+    wake = set->queue.empty();
+    set->queue.push_back(entry->request);
+    set->table.emplace(name, std::move(entry));
   }
   // One wake-up per batch: a non-empty queue has already woken the background
   // thread (it drains the whole queue), so later enqueues only add to it.
@@ -165,35 +265,33 @@ HandlePtr Runtime::enqueue(std::unique_ptr<TensorEntry> entry) {
   return handle;
 }
 
-std::vector<HandlePtr> Runtime::enqueue_group(std::vector<std::unique_ptr<TensorEntry>> entries) {
+std::vector<HandlePtr> Runtime::enqueue_group(std::vector<std::unique_ptr<TensorEntry>> entries, int32_t set_id) {
   std::vector<HandlePtr> handles;
   for (const auto& e : entries) handles.push_back(e->handle);
   Status failure;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) {
-      failure = Status::Aborted((stop_reason_.ok() ? std::string("horovodlite has been shut down")
-                                                   : stop_reason_.message()) +
-                                "; cannot run the grouped op of '" + entries[0]->request.name + "'");
-    }
+    ProcessSetState* set = nullptr;
     for (size_t i = 0; failure.ok() && i < entries.size(); ++i) {
       const std::string& name = entries[i]->request.name;
-      bool twice = false;
-      for (size_t j = 0; j < i; ++j) twice = twice || entries[j]->request.name == name;
-      if (table_.count(name) || twice) {
-        failure = Status::DuplicateName("a collective named '" + name + "' is already in flight on rank " +
-                                        std::to_string(mpi_.rank()) + (twice ? " (twice in this group)" : "") +
-                                        "; the grouped op is not run");
+      failure = check_enqueue_locked(set_id, name, &set);
+      for (size_t j = 0; failure.ok() && j < i; ++j) {
+        if (entries[j]->request.name == name) {
+          failure = Status::DuplicateName("'" + name + "' appears twice in one grouped op on rank " +
+                                          std::to_string(mpi_.rank()) + "; the grouped op is not run");
+        }
       }
     }
-    if (failure.ok()) {
+    if (failure.ok() && set != nullptr) {
       const auto now = std::chrono::steady_clock::now();
+      wake = set->queue.empty();
       for (auto& e : entries) {
-        e->request.rank = mpi_.rank();
+        e->request.rank = set->rank;
         e->enqueued = now;
-        queue_.push_back(e->request);
+        set->queue.push_back(e->request);
         const std::string name = e->request.name;
-        table_.emplace(name, std::move(e));
+        set->table.emplace(name, std::move(e));
       }
     }
   }
@@ -201,7 +299,7 @@ std::vector<HandlePtr> Runtime::enqueue_group(std::vector<std::unique_ptr<Tensor
     for (const HandlePtr& h : handles) h->complete(failure);
     return handles;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   return handles;
 }
 
@@ -216,10 +314,16 @@ void Runtime::loop() {
   const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   auto last = std::chrono::steady_clock::now();
+  auto work = [this] {
+    if (shutdown_requested_) return true;
+    for (const auto& kv : sets_)
+      if (!kv.second->queue.empty()) return true;
+    return false;
+  };
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_until(lock, last + cycle_time, [this] { return !queue_.empty() || shutdown_requested_; });
+      cv_.wait_until(lock, last + cycle_time, work);
     }
     last = std::chrono::steady_clock::now();
     if (!cycle()) break;
@@ -228,25 +332,49 @@ void Runtime::loop() {
 
 bool Runtime::cycle() {
   ++counters_.cycles;
+  // The global set first, on every rank: its responses may add or remove sets.
+  if (!cycle_set(*global_, /*global=*/true)) return false;
+  // Then each set this rank is a member of, ascending by id (see runtime.h: why
+  // this cannot deadlock). The list is the same on every rank: sets change only
+  // in the global step just run. Entries of sets_ are erased only on this thread.
+  std::vector<ProcessSetState*> sets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& kv : sets_)
+      if (kv.first != 0 && kv.second->member()) sets.push_back(kv.second.get());
+  }
+  for (ProcessSetState* set : sets)
+    if (!cycle_set(*set, /*global=*/false)) return false;
+  return true;
+}
+
+bool Runtime::cycle_set(ProcessSetState& set, bool global) {
   Controller::Input in;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    in.requests.swap(queue_);
-    in.shutdown = shutdown_requested_;
-    in.exiting = exiting_;
+    in.requests.swap(set.queue);
+    // Shutdown is agreed by the global set only (every rank stops in the same cycle).
+    in.shutdown = global && shutdown_requested_;
+    in.exiting = global && exiting_;
   }
   Controller::Output out;
-  const Status s = controller_->compute_responses(std::move(in), &out);
+  const Status s = set.controller->compute_responses(std::move(in), &out);
   if (!s.ok()) {
     record_job_failure(s.message());  // (before waking the waiters) exit must not wait for unreachable peers
-    abort_all(s);
+    abort_all(global ? s : Status(s.code(), set.describe() + ": " + s.message()));
     return false;
   }
   const Clock::time_point ready = Clock::now();
-  for (const Response& r : out.responses) run(r, ready);
+  for (const Response& r : out.responses) run(set, r, ready);
   if (out.shutdown) {
-    abort_all(Status::Aborted(shutdown_message(out.shutdown_ranks, out.exiting_ranks)));
-    return false;
+    if (global) {
+      abort_all(Status::Aborted(shutdown_message(out.shutdown_ranks, out.exiting_ranks)));
+      return false;
+    }
+    // A stall shutdown in a set: the set's members ask the global set, so that
+    // every rank stops at the next cycle.
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_requested_ = true;
   }
   return true;
 }
@@ -261,37 +389,46 @@ std::string Runtime::shutdown_message(const std::vector<int>& requesters, const 
          rank_list(requesters) + ")";
 }
 
-bool Runtime::find_local(const std::string& name, Request* request, Clock::time_point* enqueued) {
+bool Runtime::find_local(ProcessSetState& set, const std::string& name, Request* request,
+                         Clock::time_point* enqueued) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = table_.find(name);
-  if (it == table_.end()) return false;
+  auto it = set.table.find(name);
+  if (it == set.table.end()) return false;
   if (request) *request = it->second->request;
   if (enqueued) *enqueued = it->second->enqueued;
   return true;
 }
 
-void Runtime::run(const Response& r, Clock::time_point ready) {
+void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point ready) {
   std::vector<TensorEntry*> entries(r.names.size(), nullptr);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < r.names.size(); ++i) {
-      auto it = table_.find(r.names[i]);
-      if (it != table_.end()) entries[i] = it->second.get();
+      auto it = set.table.find(r.names[i]);
+      if (it != set.table.end()) entries[i] = it->second.get();
     }
   }
   OpResult result;
   const bool needs_local = r.type == OpType::kAllgather || r.type == OpType::kBroadcast ||
                            r.type == OpType::kAlltoall || r.type == OpType::kReducescatter;
   if (needs_local && entries[0] == nullptr) {
-    result.status = Status::Internal("rank " + std::to_string(mpi_.rank()) + " has no tensor for '" + r.names[0] + "'");
+    result.status = Status::Internal("rank " + std::to_string(mpi_.rank()) + " has no tensor for '" + r.names[0] +
+                                     "'" + (set.id == 0 ? std::string() : " in " + set.describe()));
     HVL_LOG(kError, result.status.message());
+  } else if (r.type == OpType::kBarrier && entries[0] != nullptr && entries[0]->action) {
+    // Adding or removing a process set: every rank runs it at this point of the
+    // global set's response list (collective over every rank).
+    if (watchdog_) watchdog_->enter("process set change '" + r.names[0] + "'");
+    result.status = entries[0]->action();
+    if (watchdog_) watchdog_->leave();
   } else {
     const bool timeline_on = timeline_.active();
-    executor_->set_observer(timeline_on ? &observer_ : nullptr);
+    Executor& executor = *set.executor;
+    executor.set_observer(timeline_on ? &observer_ : nullptr);
     observer_.saw_phase = false;
     if (watchdog_) watchdog_->enter(std::string(op_type_name(r.type)) + " of '" + r.names[0] + "'");
     const Clock::time_point start = Clock::now();
-    result = executor_->execute(r, entries);
+    result = executor.execute(r, entries);
     const Clock::time_point end = Clock::now();
     if (watchdog_) watchdog_->leave();
     if (timeline_on) {
@@ -326,10 +463,10 @@ void Runtime::run(const Response& r, Clock::time_point ready) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& name : r.names) {
-      auto it = table_.find(name);
-      if (it == table_.end()) continue;
+      auto it = set.table.find(name);
+      if (it == set.table.end()) continue;
       done.push_back(std::move(it->second));
-      table_.erase(it);
+      set.table.erase(it);
     }
   }
   // Device ops complete once the device has finished (on the device's completion thread).
@@ -341,16 +478,137 @@ void Runtime::run(const Response& r, Clock::time_point ready) {
 }
 
 void Runtime::abort_all(const Status& status) {
-  std::unordered_map<std::string, std::unique_ptr<TensorEntry>> table;
+  std::vector<std::unique_ptr<TensorEntry>> entries;
+  std::vector<Controller*> controllers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
     stop_reason_ = status;
-    table.swap(table_);
-    queue_.clear();
+    for (auto& kv : sets_) {
+      for (auto& e : kv.second->table) entries.push_back(std::move(e.second));
+      kv.second->table.clear();
+      kv.second->queue.clear();
+      if (kv.second->controller) controllers.push_back(kv.second->controller.get());
+    }
   }
-  controller_->clear();
-  for (auto& kv : table) kv.second->handle->complete(status);
+  for (Controller* c : controllers) c->clear();
+  for (auto& e : entries) e->handle->complete(status);
+}
+
+namespace {
+
+// The same on every rank for the same list (FNV-1a over the ranks).
+int64_t ranks_hash(const std::vector<int>& ranks) {
+  uint64_t h = 1469598103934665603ull;
+  for (int r : ranks) {
+    h ^= static_cast<uint32_t>(r);
+    h *= 1099511628211ull;
+  }
+  h ^= ranks.size();
+  h *= 1099511628211ull;
+  return static_cast<int64_t>(h >> 2);  // non-negative, so that its negation fits
+}
+
+}  // namespace
+
+Status Runtime::register_set(std::vector<int> ranks, int32_t* id) {
+  std::sort(ranks.begin(), ranks.end());
+  const int n = mpi_.size();
+  Status local;
+  if (ranks.empty()) local = Status::InvalidArgument("a process set needs at least one rank");
+  for (size_t i = 0; local.ok() && i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= n) {
+      local = Status::InvalidArgument("process set ranks [" + rank_list(ranks) + "]: rank " +
+                                      std::to_string(ranks[i]) + " is out of range (there are " + std::to_string(n) +
+                                      " ranks)");
+    } else if (i > 0 && ranks[i] == ranks[i - 1]) {
+      local = Status::InvalidArgument("process set ranks [" + rank_list(ranks) + "] name rank " +
+                                      std::to_string(ranks[i]) + " twice");
+    }
+  }
+  // Every rank must pass the same (valid) ranks: agree before anything is built.
+  const int64_t h = local.ok() ? ranks_hash(ranks) : -1;
+  int64_t agree[3] = {h, -h, local.ok() ? 0 : 1};
+  HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, agree, 3, MPI_INT64_T, MPI_MAX, mpi_.comm()));
+  if (!local.ok()) return local;
+  if (agree[2] != 0) return Status::InvalidArgument("process set ranks [" + rank_list(ranks) + "]: invalid ranks were passed on another rank");
+  if (agree[0] != -agree[1]) {
+    return Status::InvalidArgument("process set ranks differ between ranks (rank " + std::to_string(mpi_.rank()) +
+                                   " passed [" + rank_list(ranks) + "]); every rank must pass the same ranks");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& kv : sets_) {
+      if (kv.second->ranks == ranks) {
+        return Status::InvalidArgument("a process set with ranks [" + rank_list(ranks) + "] exists already (id " +
+                                       std::to_string(kv.first) + ")");
+      }
+    }
+  }
+  auto set = std::make_unique<ProcessSetState>();
+  set->id = next_set_id_++;
+  set->ranks = ranks;
+  const auto pos = std::find(ranks.begin(), ranks.end(), mpi_.rank());
+  const bool member = pos != ranks.end();
+  MPI_Comm comm = MPI_COMM_NULL;
+  HVL_MPI_CHECK(MPI_Comm_split(mpi_.comm(), member ? 0 : MPI_UNDEFINED, static_cast<int>(pos - ranks.begin()), &comm));
+  if (member) {
+    set->rank = static_cast<int>(pos - ranks.begin());
+    set->own_mpi = std::make_unique<MpiContext>();
+    HVL_RETURN_IF_ERROR(set->own_mpi->init_subset(mpi_, comm));
+    set->mpi = set->own_mpi.get();
+    set->executor = std::make_unique<Executor>(*set->mpi, config_);  // collective over the set
+    set->controller = make_controller(*set);
+  }
+  HVL_LOG(kDebug, "registered " << set->describe());
+  *id = set->id;
+  std::lock_guard<std::mutex> lock(mu_);
+  sets_.emplace(set->id, std::move(set));
+  return Status::OK();
+}
+
+Status Runtime::unregister_set(int32_t id) {
+  int busy = 0;
+  std::string here;
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sets_.find(id);
+    if (it == sets_.end() || id == 0) {
+      return Status::InvalidArgument("process set " + std::to_string(id) +
+                                     (id == 0 ? " is the global set, which cannot be removed"
+                                              : " is not registered (never added, or removed already)"));
+    }
+    ProcessSetState& set = *it->second;
+    what = set.describe();
+    if (!set.table.empty()) {
+      busy = 1;
+      here = set.table.begin()->first;
+    } else {
+      set.removing = true;  // no new ops while the ranks agree
+    }
+  }
+  std::vector<int> all(static_cast<size_t>(mpi_.size()));
+  HVL_MPI_CHECK(MPI_Allgather(&busy, 1, MPI_INT, all.data(), 1, MPI_INT, mpi_.comm()));
+  std::vector<int> busy_ranks;
+  for (int r = 0; r < mpi_.size(); ++r)
+    if (all[static_cast<size_t>(r)]) busy_ranks.push_back(r);
+  std::unique_ptr<ProcessSetState> removed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sets_.find(id);
+    if (!busy_ranks.empty()) {
+      it->second->removing = false;
+      return Status::Precondition("cannot remove " + what + ": ops on it are in flight on rank(s) " +
+                                  rank_list(busy_ranks) + (busy ? " (here: '" + here + "')" : std::string()) +
+                                  "; wait for them first");
+    }
+    removed = std::move(it->second);
+    sets_.erase(it);
+  }
+  HVL_LOG(kDebug, "removed " << what);
+  destroy(std::move(removed));
+  return Status::OK();
 }
 
 }  // namespace horovodlite

@@ -1,11 +1,26 @@
-// The runtime: owns the background thread and its lifecycle, the queue of new
-// requests, the table of ops in flight, the controller (negotiation over the
-// global communicator) and the executor. The single global handle to it lives in
-// api.cc.
+// The runtime: owns the background thread and its lifecycle and the process
+// sets, each with its queue of new requests, its table of ops in flight, its
+// controller (negotiation over the set's communicator) and its executor; the
+// global set (id 0) is one of them. The single global handle to it lives in api.cc.
+//
+// Why process sets cannot deadlock: every cycle, every rank runs the global
+// set's negotiation first (all ranks take part), then the cycle of each set it is
+// a member of, in ascending id, and runs each set's responses right after that
+// set's negotiation. Each of these steps is a collective over exactly the set's
+// members, and waits for nothing but them (no step waits on a user thread or on
+// another set). Order the steps of the whole job by (cycle, set id): every rank
+// takes part in its steps in that order, and the sets (added and removed only by
+// responses of the global set, which every rank runs at the same point) are the
+// same on every rank in every cycle. Take the earliest step not yet complete:
+// each of its members has completed every earlier step it takes part in, so each
+// reaches it, and it completes. So every step completes: an op on set A never
+// waits while a rank of A is blocked in set B, because that rank finishes B's
+// step (whose members are likewise not blocked) and then comes to A's.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +29,7 @@
 #include <vector>
 
 #include "controller.h"
+#include "process_set_state.h"
 #include "entry.h"
 #include "execution_observer.h"
 #include "executor.h"
@@ -31,11 +47,27 @@ class Runtime {
   ~Runtime();
 
   // Takes ownership of the entry and returns its handle (already completed with an
-  // error if the name is in flight or the runtime has stopped).
-  HandlePtr enqueue(std::unique_ptr<TensorEntry> entry);
-  // The members of a grouped op, enqueued atomically (the background thread
-  // drains them in one cycle). All fail if one cannot be enqueued.
-  std::vector<HandlePtr> enqueue_group(std::vector<std::unique_ptr<TensorEntry>> entries);
+  // error if the name is in flight on the set, the set is unknown or this rank is
+  // not a member, or the runtime has stopped). The request's rank becomes this
+  // rank's rank in the set.
+  HandlePtr enqueue(std::unique_ptr<TensorEntry> entry, int32_t set_id);
+  // The members of a grouped op, enqueued atomically on one set (the background
+  // thread drains them in one cycle). All fail if one cannot be enqueued.
+  std::vector<HandlePtr> enqueue_group(std::vector<std::unique_ptr<TensorEntry>> entries, int32_t set_id);
+
+  // The set's ranks and this rank's rank in it (-1: not a member); false if no
+  // set has this id.
+  bool set_info(int32_t set_id, std::vector<int>* ranks, int* rank);
+  std::vector<int32_t> set_ids();
+  // The next serial number for unnamed ops (or barriers) on the set: per set, so
+  // that names agree across its members whatever other sets they use.
+  uint64_t next_serial(int32_t set_id, bool barrier);
+
+  // Collective over every rank of the global set: at init (before the background
+  // thread) or on the background thread as the action of the global response of
+  // add_process_set()/remove_process_set() (every rank at the same point).
+  Status register_set(std::vector<int> ranks, int32_t* id);
+  Status unregister_set(int32_t id);
   // Asks every rank to stop (through the next cycle) and joins the thread.
   // exiting: the process is exiting without shutdown(); the other ranks' ops
   // fail with a message naming this rank.
@@ -63,10 +95,20 @@ class Runtime {
   void loop();
   // One negotiation cycle; false once the runtime has shut down.
   bool cycle();
-  void run(const Response& response, std::chrono::steady_clock::time_point ready);
+  // One set's negotiation and its responses; false if the runtime must stop.
+  bool cycle_set(ProcessSetState& set, bool global);
+  void run(ProcessSetState& set, const Response& response, std::chrono::steady_clock::time_point ready);
   void abort_all(const Status& status);
+  // The controller of a member's set, built on the set's communicator.
+  std::unique_ptr<Controller> make_controller(ProcessSetState& set);
   // The controller's view of this rank's ops in flight (see Controller::LocalLookup).
-  bool find_local(const std::string& name, Request* request, std::chrono::steady_clock::time_point* enqueued);
+  // Under mu_: why `name` cannot be enqueued on the set (stopped, unknown set, not a
+  // member, being removed, in flight), or OK and *out = the set.
+  Status check_enqueue_locked(int32_t set_id, const std::string& name, ProcessSetState** out);
+  bool find_local(ProcessSetState& set, const std::string& name, Request* request,
+                  std::chrono::steady_clock::time_point* enqueued);
+  // Drains and destroys a set's executor, controller and communicators.
+  static void destroy(std::unique_ptr<ProcessSetState> set);
   // The message ops in flight complete with when the job shuts down.
   std::string shutdown_message(const std::vector<int>& requesters, const std::vector<int>& exiting) const;
   // The watchdog fired: a peer died or hung. Fails every op and aborts the job.
@@ -87,12 +129,14 @@ class Runtime {
 
   Config config_;
   MpiContext mpi_;
-  std::unique_ptr<Executor> executor_;
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Request> queue_;
-  std::unordered_map<std::string, std::unique_ptr<TensorEntry>> table_;
+  // Every registered set by id (0: global). Changed only at init and on the
+  // background thread; read under mu_ elsewhere.
+  std::map<int32_t, std::unique_ptr<ProcessSetState>> sets_;
+  ProcessSetState* global_ = nullptr;
+  int32_t next_set_id_ = 1;  // the same on every rank (sets change in the same order)
   bool shutdown_requested_ = false;
   bool exiting_ = false;
   bool stopped_ = false;
@@ -101,7 +145,6 @@ class Runtime {
   Timeline timeline_;  // internally synchronised (start/stop from any thread)
   TimelineObserver observer_{timeline_};
   std::unique_ptr<Watchdog> watchdog_;
-  std::unique_ptr<Controller> controller_;  // background thread only
 
   std::string stall_reason_;  // background thread: why a stall shutdown happens (every rank)
 

@@ -150,8 +150,9 @@ class PyHandle {
   torch::AsyncHandle handle_;
 };
 
-AllreduceOptions allreduce_options(int op, double prescale, double postscale) {
+AllreduceOptions allreduce_options(int op, double prescale, double postscale, int process_set_id) {
   AllreduceOptions options;
+  options.process_set = ProcessSet(process_set_id);
   options.op = to_reduce_op(op);
   options.prescale_factor = prescale;
   options.postscale_factor = postscale;
@@ -162,8 +163,8 @@ AllreduceOptions allreduce_options(int op, double prescale, double postscale) {
 // buffer reused from step to step; otherwise a new tensor is allocated.
 PyHandle allreduce_async(const at::Tensor& tensor, const std::string& name, int op, double prescale,
                          double postscale, bool in_place, bool fp16_wire,
-                         const std::optional<at::Tensor>& output) {
-  AllreduceOptions options = allreduce_options(op, prescale, postscale);
+                         const std::optional<at::Tensor>& output, int process_set_id) {
+  AllreduceOptions options = allreduce_options(op, prescale, postscale, process_set_id);
   // fp16_wire: float32/float64 are converted to fp16 inside the core while being
   // packed for the wire (no fp16 copy of the tensor), and restored on the way out.
   if (fp16_wire) options.compression = horovodlite::Compression::kFp16;
@@ -176,8 +177,9 @@ PyHandle allreduce_async(const at::Tensor& tensor, const std::string& name, int 
 }
 
 PyHandle reducescatter_async(const at::Tensor& tensor, const std::string& name, int op, double prescale,
-                             double postscale) {
+                             double postscale, int process_set_id) {
   ReducescatterOptions options;
+  options.process_set = ProcessSet(process_set_id);
   options.op = to_reduce_op(op);
   options.prescale_factor = prescale;
   options.postscale_factor = postscale;
@@ -193,33 +195,64 @@ std::vector<PyHandle> to_py(std::vector<torch::AsyncHandle> handles) {
 // Grouped ops: negotiated and executed as one group (one handle per tensor).
 std::vector<PyHandle> grouped_allreduce_async(const std::vector<at::Tensor>& tensors,
                                               const std::vector<std::string>& names, int op, double prescale,
-                                              double postscale, bool in_place) {
-  AllreduceOptions options = allreduce_options(op, prescale, postscale);
+                                              double postscale, bool in_place, int process_set_id) {
+  AllreduceOptions options = allreduce_options(op, prescale, postscale, process_set_id);
   return to_py(in_place ? torch::grouped_allreduce_async_(tensors, names, options)
                         : torch::grouped_allreduce_async(tensors, names, options));
 }
 
 std::vector<PyHandle> grouped_reducescatter_async(const std::vector<at::Tensor>& tensors,
                                                   const std::vector<std::string>& names, int op, double prescale,
-                                                  double postscale) {
+                                                  double postscale, int process_set_id) {
   ReducescatterOptions options;
   options.op = to_reduce_op(op);
   options.prescale_factor = prescale;
   options.postscale_factor = postscale;
+  options.process_set = ProcessSet(process_set_id);
   return to_py(torch::grouped_reducescatter_async(tensors, names, options));
 }
 
-PyHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name, bool in_place) {
-  return PyHandle(in_place ? torch::broadcast_async_(tensor, root_rank, name)
-                           : torch::broadcast_async(tensor, root_rank, name));
+PyHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name, bool in_place,
+                         int process_set_id) {
+  const ProcessSet set(process_set_id);
+  return PyHandle(in_place ? torch::broadcast_async_(tensor, root_rank, name, set)
+                           : torch::broadcast_async(tensor, root_rank, name, set));
 }
 
-// init(comm=...): `comm_address` is the address of an MPI_Comm (mpi4py's
-// MPI._addressof(comm)); the core duplicates the communicator.
-void init_comm(uintptr_t comm_address) {
+// init(comm=..., process_sets=...): `comm_address` is the address of an MPI_Comm
+// (mpi4py's MPI._addressof(comm)), 0 for MPI_COMM_WORLD; the core duplicates the
+// communicator. `process_sets`: the ranks of each static process set.
+void init_with(uintptr_t comm_address, const std::vector<std::vector<int>>& process_sets) {
   InitOptions options;
-  options.mpi_comm = reinterpret_cast<const void*>(comm_address);
+  if (comm_address != 0) options.mpi_comm = reinterpret_cast<const void*>(comm_address);
+  options.process_sets = process_sets;
   torch::throw_if_error(horovodlite::init(options));
+}
+
+// Process sets: Python chooses Horovod's exception types, so the status comes back as a value.
+py::tuple add_process_set(const std::vector<int>& ranks) {
+  ProcessSet set;
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = horovodlite::add_process_set(ranks, &set);
+  }
+  return py::make_tuple(std::string(status_code_name(s.code())), s.message(), set.id());
+}
+
+py::tuple remove_process_set(int process_set_id) {
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = horovodlite::remove_process_set(ProcessSet(process_set_id));
+  }
+  return py::make_tuple(std::string(status_code_name(s.code())), s.message());
+}
+
+std::vector<int> process_set_ids() {
+  std::vector<int> ids;
+  for (const ProcessSet& set : horovodlite::process_sets()) ids.push_back(set.id());
+  return ids;
 }
 
 int nccl_version() {
@@ -270,6 +303,7 @@ py::dict build_info() {
 PYBIND11_MODULE(_C, m) {
   using namespace horovodlite::python;
   namespace hvt = horovodlite::torch;
+  using horovodlite::ProcessSet;
   using horovodlite::ReduceOp;
   m.doc() = "horovodlite's PyTorch bindings (internal; use horovodlite.torch)";
 
@@ -285,7 +319,14 @@ PYBIND11_MODULE(_C, m) {
 
   // ---- lifecycle and topology (GIL released: init/shutdown talk to MPI) ----
   m.def("init", &hvt::init, py::call_guard<py::gil_scoped_release>());
-  m.def("init_comm", &init_comm, py::arg("comm_address"), py::call_guard<py::gil_scoped_release>());
+  m.def("init_with", &init_with, py::arg("comm_address"), py::arg("process_sets"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("add_process_set", &add_process_set, py::arg("ranks"));
+  m.def("remove_process_set", &remove_process_set, py::arg("process_set_id"));
+  m.def("process_set_ids", &process_set_ids);
+  m.def("process_set_ranks", [](int id) { return ProcessSet(id).ranks(); }, py::arg("process_set_id"));
+  m.def("process_set_rank", [](int id) { return ProcessSet(id).rank(); }, py::arg("process_set_id"));
+  m.def("process_set_size", [](int id) { return ProcessSet(id).size(); }, py::arg("process_set_id"));
   m.def("shutdown", &hvt::shutdown, py::call_guard<py::gil_scoped_release>());
   m.def("is_initialized", &hvt::is_initialized);
   m.def("rank", &hvt::rank);
@@ -334,26 +375,33 @@ PYBIND11_MODULE(_C, m) {
   // ---- collectives; each returns a Handle at once ----
   m.def("allreduce_async", &allreduce_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
         py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"),
-        py::arg("fp16_wire") = false, py::arg("output") = py::none());
-  m.def("allgather_async", [](const at::Tensor& t, const std::string& name) {
-    return PyHandle(hvt::allgather_async(t, name));
-  }, py::arg("tensor"), py::arg("name"));
+        py::arg("fp16_wire") = false, py::arg("output") = py::none(), py::arg("process_set_id") = 0);
+  m.def("allgather_async", [](const at::Tensor& t, const std::string& name, int process_set_id) {
+    return PyHandle(hvt::allgather_async(t, name, ProcessSet(process_set_id)));
+  }, py::arg("tensor"), py::arg("name"), py::arg("process_set_id") = 0);
   m.def("broadcast_async", &broadcast_async, py::arg("tensor"), py::arg("root_rank"), py::arg("name"),
-        py::arg("in_place"));
-  m.def("alltoall_async", [](const at::Tensor& t, const std::vector<int64_t>& splits, const std::string& name) {
-    return PyHandle(hvt::alltoall_async(t, splits, name));
-  }, py::arg("tensor"), py::arg("splits"), py::arg("name"));
+        py::arg("in_place"), py::arg("process_set_id") = 0);
+  m.def("alltoall_async", [](const at::Tensor& t, const std::vector<int64_t>& splits, const std::string& name,
+                             int process_set_id) {
+    return PyHandle(hvt::alltoall_async(t, splits, name, ProcessSet(process_set_id)));
+  }, py::arg("tensor"), py::arg("splits"), py::arg("name"), py::arg("process_set_id") = 0);
   m.def("reducescatter_async", &reducescatter_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
-        py::arg("prescale_factor"), py::arg("postscale_factor"));
+        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("process_set_id") = 0);
   m.def("grouped_allreduce_async", &grouped_allreduce_async, py::arg("tensors"), py::arg("names"), py::arg("op"),
-        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"));
-  m.def("grouped_allgather_async", [](const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names) {
-    return to_py(hvt::grouped_allgather_async(tensors, names));
-  }, py::arg("tensors"), py::arg("names"));
+        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"), py::arg("process_set_id") = 0);
+  m.def("grouped_allgather_async", [](const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names,
+                                      int process_set_id) {
+    return to_py(hvt::grouped_allgather_async(tensors, names, ProcessSet(process_set_id)));
+  }, py::arg("tensors"), py::arg("names"), py::arg("process_set_id") = 0);
   m.def("grouped_reducescatter_async", &grouped_reducescatter_async, py::arg("tensors"), py::arg("names"),
-        py::arg("op"), py::arg("prescale_factor"), py::arg("postscale_factor"));
+        py::arg("op"), py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("process_set_id") = 0);
   m.def("join_async", []() { return PyHandle(hvt::join_async()); });
-  m.def("barrier", []() { PyHandle(hvt::AsyncHandle(horovodlite::barrier_async(), nullptr)).synchronize(); });
+  // A barrier waits as every Python wait does: interruptible (signals checked every ~100 ms).
+  m.def("barrier", [](int process_set_id) {
+    horovodlite::BarrierOptions options;
+    options.process_set = ProcessSet(process_set_id);
+    PyHandle(hvt::AsyncHandle(horovodlite::barrier_async(options), nullptr)).synchronize();
+  }, py::arg("process_set_id") = 0);
   m.def("abort_job_if_failed", &horovodlite::abort_job_if_failed);
   // Python's exit handlers run before MPI is finalized (by horovodlite's C
   // at-exit handler, or by mpi4py's Py_AtExit one): after a failure that left the

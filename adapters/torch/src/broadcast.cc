@@ -74,7 +74,8 @@ void deserialize_optimizer(const std::string& blob, ::torch::optim::Optimizer& o
 
 }  // namespace
 
-void broadcast_parameters(const NamedTensors& tensors, int root_rank, const std::string& prefix) {
+void broadcast_parameters(const NamedTensors& tensors, int root_rank, const std::string& prefix,
+                          const ProcessSet& process_set) {
   std::set<std::string> names;
   for (const auto& item : tensors) {
     check_argument(names.insert(item.first).second,
@@ -84,38 +85,39 @@ void broadcast_parameters(const NamedTensors& tensors, int root_rank, const std:
   handles.reserve(tensors.size());
   for (const auto& item : tensors) {
     if (!item.second.defined()) continue;
-    handles.push_back(broadcast_async_(item.second, root_rank, prefix + item.first));
+    handles.push_back(broadcast_async_(item.second, root_rank, prefix + item.first, process_set));
   }
   synchronize_all(handles);
 }
 
 void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& tensors, int root_rank,
-                          const std::string& prefix) {
-  broadcast_parameters(tensors.pairs(), root_rank, prefix);
+                          const std::string& prefix, const ProcessSet& process_set) {
+  broadcast_parameters(tensors.pairs(), root_rank, prefix, process_set);
 }
 
-void broadcast_parameters(const ::torch::nn::Module& module, int root_rank) {
+void broadcast_parameters(const ::torch::nn::Module& module, int root_rank, const ProcessSet& process_set) {
   NamedTensors all;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) all.emplace_back("parameter." + item.key(), item.value());
   for (const auto& item : module.named_buffers(/*recurse=*/true)) all.emplace_back("buffer." + item.key(), item.value());
-  broadcast_parameters(all, root_rank, "broadcast_parameters.");
+  broadcast_parameters(all, root_rank, "broadcast_parameters.", process_set);
 }
 
-void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_rank) {
+void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_rank, const ProcessSet& process_set) {
   const bool is_root = rank() == root_rank;
   std::string blob = is_root ? serialize_optimizer(optimizer) : std::string();
-  blob = broadcast_bytes(blob, root_rank, "broadcast_optimizer_state");
+  blob = broadcast_bytes(blob, root_rank, "broadcast_optimizer_state", process_set);
   if (!is_root) deserialize_optimizer(blob, optimizer);
 }
 
-std::string broadcast_bytes(const std::string& bytes, int root_rank, const std::string& name) {
+std::string broadcast_bytes(const std::string& bytes, int root_rank, const std::string& name,
+                            const ProcessSet& process_set) {
   const bool is_root = rank() == root_rank;
   at::Tensor length = at::full({1}, is_root ? static_cast<int64_t>(bytes.size()) : int64_t{0}, at::kLong);
-  broadcast_(length, root_rank, name + ".size");
+  broadcast_(length, root_rank, name + ".size", process_set);
   const int64_t n = length.item<int64_t>();
   at::Tensor data = at::empty({n}, at::kByte);
   if (is_root && n > 0) std::memcpy(data.data_ptr(), bytes.data(), static_cast<size_t>(n));
-  broadcast_(data, root_rank, name + ".data");
+  broadcast_(data, root_rank, name + ".data", process_set);
   return std::string(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(n));
 }
 

@@ -200,62 +200,70 @@ at::Tensor allreduce_(const at::Tensor& tensor, const std::string& name, const A
   return allreduce_async_(tensor, name, options).synchronize();
 }
 
-AsyncHandle allgather_async(const at::Tensor& tensor, const std::string& name) {
+AsyncHandle allgather_async(const at::Tensor& tensor, const std::string& name, const ProcessSet& process_set) {
   check_tensor(tensor, "allgather");
   at::Tensor input = contiguous_input(tensor);
   auto slot = std::make_shared<at::Tensor>();
   TorchReadyEventPtr ready = ready_event(input);
   HandlePtr handle =
-      horovodlite::allgather_async(name, make_view(input), allocator_into(slot, input.options(), ready), ready);
+      horovodlite::allgather_async(name, make_view(input), allocator_into(slot, input.options(), ready),
+                                   AllgatherOptions{process_set}, ready);
   keep_alive(handle, {input});
   return finish_with_slot(handle, slot, input);
 }
 
-at::Tensor allgather(const at::Tensor& tensor, const std::string& name) {
-  return allgather_async(tensor, name).synchronize();
+at::Tensor allgather(const at::Tensor& tensor, const std::string& name, const ProcessSet& process_set) {
+  return allgather_async(tensor, name, process_set).synchronize();
 }
 
-AsyncHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name) {
+AsyncHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name,
+                            const ProcessSet& process_set) {
   check_tensor(tensor, "broadcast");
   at::Tensor output;
   {
     at::NoGradGuard no_grad;
     output = tensor.clone(at::MemoryFormat::Contiguous);
   }
-  HandlePtr handle = horovodlite::broadcast_async(name, make_view(output), root_rank, ready_event(output));
+  HandlePtr handle = horovodlite::broadcast_async(name, make_view(output), root_rank, BroadcastOptions{process_set},
+                                                  ready_event(output));
   keep_alive(handle, {output});
   return AsyncHandle(handle, on_device(handle, output, [output]() { return output; }));
 }
 
-AsyncHandle broadcast_async_(const at::Tensor& tensor, int root_rank, const std::string& name) {
+AsyncHandle broadcast_async_(const at::Tensor& tensor, int root_rank, const std::string& name,
+                             const ProcessSet& process_set) {
   check_tensor(tensor, "broadcast_");
   at::Tensor buffer = in_place_buffer(tensor);
-  HandlePtr handle = horovodlite::broadcast_async(name, make_view(buffer), root_rank, ready_event(buffer));
+  HandlePtr handle = horovodlite::broadcast_async(name, make_view(buffer), root_rank, BroadcastOptions{process_set},
+                                                  ready_event(buffer));
   keep_alive(handle, {tensor, buffer});
   return AsyncHandle(handle, on_device(handle, buffer, finish_in_place(tensor, buffer)));
 }
 
-at::Tensor broadcast(const at::Tensor& tensor, int root_rank, const std::string& name) {
-  return broadcast_async(tensor, root_rank, name).synchronize();
+at::Tensor broadcast(const at::Tensor& tensor, int root_rank, const std::string& name, const ProcessSet& process_set) {
+  return broadcast_async(tensor, root_rank, name, process_set).synchronize();
 }
 
-at::Tensor broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name) {
-  return broadcast_async_(tensor, root_rank, name).synchronize();
+at::Tensor broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name, const ProcessSet& process_set) {
+  return broadcast_async_(tensor, root_rank, name, process_set).synchronize();
 }
 
-AsyncHandle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name) {
+AsyncHandle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name,
+                           const ProcessSet& process_set) {
   check_tensor(tensor, "alltoall");
   at::Tensor input = contiguous_input(tensor);
   auto slot = std::make_shared<at::Tensor>();
   TorchReadyEventPtr ready = ready_event(input);
   HandlePtr handle =
-      horovodlite::alltoall_async(name, make_view(input), splits, allocator_into(slot, input.options(), ready), ready);
+      horovodlite::alltoall_async(name, make_view(input), splits, allocator_into(slot, input.options(), ready),
+                                  AlltoallOptions{process_set}, ready);
   keep_alive(handle, {input});
   return finish_with_slot(handle, slot, input);
 }
 
-AlltoallResult alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name) {
-  AsyncHandle handle = alltoall_async(tensor, splits, name);
+AlltoallResult alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name,
+                        const ProcessSet& process_set) {
+  AsyncHandle handle = alltoall_async(tensor, splits, name, process_set);
   AlltoallResult result;
   result.output = handle.synchronize();
   result.received_splits = handle.received_splits();
@@ -359,10 +367,10 @@ std::vector<AsyncHandle> grouped_allreduce_async_(const std::vector<at::Tensor>&
 }
 
 std::vector<AsyncHandle> grouped_allgather_async(const std::vector<at::Tensor>& tensors,
-                                                 const std::vector<std::string>& names) {
+                                                 const std::vector<std::string>& names, const ProcessSet& process_set) {
   const auto n = group_names(names, tensors.size(), "grouped_allgather");
   return grouped_allocating(tensors, "grouped_allgather", [&](const auto& views, const auto& allocs, const auto& ready) {
-    return horovodlite::grouped_allgather_async(n, views, allocs, ready);
+    return horovodlite::grouped_allgather_async(n, views, allocs, ready, {}, process_set);
   });
 }
 
@@ -384,7 +392,17 @@ int join() {
   return handle.last_joined_rank();
 }
 
-void barrier() { AsyncHandle(horovodlite::barrier_async(), nullptr).synchronize(); }
+void barrier(const ProcessSet& process_set) {
+  AsyncHandle(horovodlite::barrier_async(BarrierOptions{process_set}), nullptr).synchronize();
+}
+
+ProcessSet add_process_set(const std::vector<int>& ranks) {
+  ProcessSet out;
+  throw_if_error(horovodlite::add_process_set(ranks, &out));
+  return out;
+}
+
+void remove_process_set(const ProcessSet& process_set) { throw_if_error(horovodlite::remove_process_set(process_set)); }
 
 }  // namespace torch
 }  // namespace horovodlite

@@ -139,6 +139,7 @@ void DistributedOptimizer::start_allreduce(Param& p) {
   // converted while being packed into the fusion buffer and restored on the way
   // out, with no extra tensor per gradient.
   ar.compression = options_.compression;
+  ar.process_set = options_.process_set;
   p.handle = allreduce_async_(grad, p.name, ar);
 }
 

@@ -45,6 +45,10 @@ struct Config {
   // has not completed for this long, a peer is taken as dead or hung: pending ops
   // fail and the job is aborted (MPI_Abort). 0 disables the watchdog.
   double peer_timeout_s = 60.0;
+  // DYNAMIC_PROCESS_SETS (0/1): allows add_process_set()/remove_process_set()
+  // after init (as Horovod's HOROVOD_DYNAMIC_PROCESS_SETS). Sets given to init()
+  // need no variable.
+  bool dynamic_process_sets = false;
 
   // HIERARCHICAL_ALLREDUCE (0/1; unset: auto). Host allreduces on several hosts
   // with the same number of ranks each (local_size > 1) run as a reduce-scatter

@@ -13,6 +13,7 @@
 #include "horovodlite/common.h"
 #include "horovodlite/config.h"
 #include "horovodlite/handle.h"
+#include "horovodlite/process_set.h"
 #include "horovodlite/tensor.h"
 #include "horovodlite/version.h"
 
@@ -24,6 +25,10 @@ struct InitOptions {
   // Ranks taking part; MPI_COMM_NULL (default) means MPI_COMM_WORLD. Kept as a
   // void* so that this header does not need mpi.h: pass &comm of an MPI_Comm.
   const void* mpi_comm = nullptr;
+  // Process sets registered at init on every rank (every rank must pass the same
+  // lists, in the same order): ranks of the global set. They get ids 1, 2, ...
+  // in this order. No HOROVODLITE_DYNAMIC_PROCESS_SETS needed.
+  std::vector<std::vector<int>> process_sets;
 };
 
 // Initialises MPI if the program has not (then finalizes it at process exit,
@@ -68,7 +73,29 @@ int cross_size();
 // calls concurrently with the background thread).
 bool mpi_threads_supported();
 
+// ---- process sets (see process_set.h) ----
+
+// Registers a process set of `ranks` (global ranks; any order, no duplicates).
+// Collective over every rank of the global set, which must pass the same ranks;
+// blocks until registered. Needs HOROVODLITE_DYNAMIC_PROCESS_SETS=1 (or
+// HOROVOD_DYNAMIC_PROCESS_SETS=1), kPrecondition otherwise; kInvalidArgument for
+// bad ranks, ranks that differ between ranks, or a set with the same ranks that
+// exists already.
+Status add_process_set(const std::vector<int>& ranks, ProcessSet* out);
+// Removes a set registered at init or with add_process_set(). Collective over
+// every rank; needs the dynamic variable as add_process_set(). An error on every
+// rank (and the set stays) if any rank has an op on the set in flight. The global
+// set cannot be removed.
+Status remove_process_set(const ProcessSet& process_set);
+// Every registered set, ascending by id (the global set first); empty when not initialised.
+std::vector<ProcessSet> process_sets();
+
 // ---- collectives ----
+// Every collective runs on a process set (the options' process_set; the global
+// set by default). On a set, sizes, ranks within the set, Average's division and
+// the alltoall splits count are the set's; a broadcast's root_rank is a global
+// rank (as Horovod). A rank outside the set gets an error naming the set.
+//
 // `name` identifies the op across ranks and must be unique among ops in flight;
 // empty names get "<op>.noname.<n>" (same on every rank if all ranks enqueue
 // unnamed ops in the same order).
@@ -84,6 +111,7 @@ struct AllreduceOptions {
   double prescale_factor = 1.0;
   double postscale_factor = 1.0;
   Compression compression = Compression::kNone;
+  ProcessSet process_set;
 };
 
 // output may equal input (in place); otherwise it must not overlap the input.
@@ -99,16 +127,32 @@ Status check_allreduce_output(const std::string& name, const TensorView& input, 
 
 // Concatenates every rank's input along dim 0 (dim 0 may differ; other dims must
 // match). A 0-d input is gathered as shape [1].
+struct AllgatherOptions {
+  ProcessSet process_set;
+};
+HandlePtr allgather_async(const std::string& name, const TensorView& input, OutputAllocator allocate,
+                          const AllgatherOptions& options, ReadyEventPtr ready = nullptr);
 HandlePtr allgather_async(const std::string& name, const TensorView& input, OutputAllocator allocate,
                           ReadyEventPtr ready = nullptr);
 
 // In place: root's tensor is copied into every rank's `tensor`.
+struct BroadcastOptions {
+  ProcessSet process_set;  // root_rank is a global rank, a member of the set
+};
+HandlePtr broadcast_async(const std::string& name, const TensorView& tensor, int root_rank,
+                          const BroadcastOptions& options, ReadyEventPtr ready = nullptr);
 HandlePtr broadcast_async(const std::string& name, const TensorView& tensor, int root_rank,
                           ReadyEventPtr ready = nullptr);
 
 // Rank r sends rows [sum(splits[:j]), sum(splits[:j+1])) of dim 0 to rank j.
 // Empty splits means dim 0 divided evenly (must be divisible by size()).
 // The handle's received_splits() says how many rows came from each rank.
+// On a process set, splits has one entry per rank of the set, in set-rank order.
+struct AlltoallOptions {
+  ProcessSet process_set;
+};
+HandlePtr alltoall_async(const std::string& name, const TensorView& input, const std::vector<int64_t>& splits,
+                         OutputAllocator allocate, const AlltoallOptions& options, ReadyEventPtr ready = nullptr);
 HandlePtr alltoall_async(const std::string& name, const TensorView& input, const std::vector<int64_t>& splits,
                          OutputAllocator allocate, ReadyEventPtr ready = nullptr);
 
@@ -118,6 +162,7 @@ struct ReducescatterOptions {
   ReduceOp op = ReduceOp::kAverage;
   double prescale_factor = 1.0;
   double postscale_factor = 1.0;
+  ProcessSet process_set;
 };
 HandlePtr reducescatter_async(const std::string& name, const TensorView& input, OutputAllocator allocate,
                               const ReducescatterOptions& options = {}, ReadyEventPtr ready = nullptr);
@@ -136,7 +181,8 @@ HandlePtr reducescatter_async(const std::string& name, const TensorView& input, 
 // `group`: every member's name, when `names` is only part of the group and the
 // rest is enqueued by later calls (e.g. as the tensors are produced); empty: the
 // group is `names`. Empty names get automatic ones when `group` is empty.
-// `ready`: empty, or one event per tensor (see above).
+// `ready`: empty, or one event per tensor (see above). The group runs on the
+// options' process set (allreduce, reducescatter) or on `process_set` (allgather).
 std::vector<HandlePtr> grouped_allreduce_async(const std::vector<std::string>& names,
                                                const std::vector<TensorView>& inputs,
                                                const std::vector<TensorView>& outputs,
@@ -147,7 +193,8 @@ std::vector<HandlePtr> grouped_allgather_async(const std::vector<std::string>& n
                                                const std::vector<TensorView>& inputs,
                                                const std::vector<OutputAllocator>& allocators,
                                                const std::vector<ReadyEventPtr>& ready = {},
-                                               const std::vector<std::string>& group = {});
+                                               const std::vector<std::string>& group = {},
+                                               const ProcessSet& process_set = {});
 std::vector<HandlePtr> grouped_reducescatter_async(const std::vector<std::string>& names,
                                                    const std::vector<TensorView>& inputs,
                                                    const std::vector<OutputAllocator>& allocators,
@@ -155,12 +202,16 @@ std::vector<HandlePtr> grouped_reducescatter_async(const std::vector<std::string
                                                    const std::vector<ReadyEventPtr>& ready = {},
                                                    const std::vector<std::string>& group = {});
 
-// Completes when every rank has reached it.
-HandlePtr barrier_async();
+// Completes when every rank of the set has reached it.
+struct BarrierOptions {
+  ProcessSet process_set;
+};
+HandlePtr barrier_async(const BarrierOptions& options = {});
 
 // This rank has no more data: until every rank has joined, the other ranks'
 // allreduces complete with this rank contributing zeros (Average still divides by
 // size()). Completes when all ranks have joined; last_joined_rank() is the last.
+// The global set only (as Horovod's join).
 HandlePtr join_async();
 
 // Rows of dim 0 that `rank` keeps in a reducescatter of a tensor with `dim0` rows.

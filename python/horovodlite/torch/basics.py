@@ -1,10 +1,12 @@
 """Lifecycle, topology and build information (``horovod.common.basics``)."""
 
 import atexit
+import os
 import warnings
 
 import torch  # noqa: F401  (loads libtorch before the extension module)
 
+from horovodlite.common.process_sets import ProcessSet, _init_process_sets, _resolve_comm_ranks
 from horovodlite.torch import _C
 
 Average = _C.AVERAGE
@@ -30,14 +32,31 @@ def init(comm=None, process_sets=None):
             ranks in the list call init() with the same list; they get ranks
             0 .. len - 1 in list order); or an mpi4py communicator, which is
             duplicated. Lists and communicators need mpi4py.
-        process_sets: must be None; only the global process set is supported.
+        process_sets: process sets to register on every rank (a list of
+            hvd.ProcessSet, from ranks or mpi4py communicators; every rank passes
+            the same list), or "dynamic" to allow add_process_set() /
+            remove_process_set() (as HOROVOD_DYNAMIC_PROCESS_SETS=1).
     """
-    if process_sets not in (None, [], "dynamic"):
-        raise NotImplementedError("horovodlite.init(): only the global process set is supported")
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise ValueError("horovodlite.init(): process_sets must be a list of ProcessSet or 'dynamic'")
+        os.environ["HOROVODLITE_DYNAMIC_PROCESS_SETS"] = "1"
+        process_sets = None
+    sets = list(process_sets or [])
+    for ps in sets:
+        if not isinstance(ps, ProcessSet):
+            raise TypeError("horovodlite.init(): process_sets must hold hvd.ProcessSet objects, got %s"
+                            % type(ps).__name__)
+    if _C.is_initialized():
+        _register_shutdown_at_exit()
+        return
     if comm is None or (isinstance(comm, (list, tuple)) and len(comm) == 0):
-        _C.init()
-    elif not _C.is_initialized():
-        _init_comm(comm)
+        if any(ps.ranks is None for ps in sets):
+            _resolve_comm_ranks(sets, _mpi4py("None").COMM_WORLD)
+        _C.init_with(0, [ps.ranks for ps in sets])
+    else:
+        _init_comm(comm, sets)
+    _init_process_sets(sets)
     _register_shutdown_at_exit()
 
 
@@ -50,7 +69,7 @@ def _mpi4py(what):
     return MPI
 
 
-def _init_comm(comm):
+def _init_comm(comm, sets):
     if isinstance(comm, (list, tuple)):
         if any(isinstance(r, bool) or not isinstance(r, int) for r in comm):
             raise TypeError("horovodlite.init(comm=%r): the list must hold MPI_COMM_WORLD ranks (ints)" % (comm,))
@@ -70,7 +89,9 @@ def _init_comm(comm):
         group.Free()
         world_group.Free()
         try:
-            _C.init_comm(MPI._addressof(sub))
+            if any(ps.ranks is None for ps in sets):
+                _resolve_comm_ranks(sets, sub)
+            _C.init_with(MPI._addressof(sub), [ps.ranks for ps in sets])
         finally:
             sub.Free()  # the core works on its own duplicate
         return
@@ -82,7 +103,9 @@ def _init_comm(comm):
         raise ValueError("horovodlite.init(): comm is MPI.COMM_NULL (this rank is not in the communicator)")
     if comm.Is_inter():
         raise ValueError("horovodlite.init(): comm must be an intra-communicator")
-    _C.init_comm(MPI._addressof(comm))
+    if any(ps.ranks is None for ps in sets):
+        _resolve_comm_ranks(sets, comm)
+    _C.init_with(MPI._addressof(comm), [ps.ranks for ps in sets])
 
 
 _shutdown_registered = False

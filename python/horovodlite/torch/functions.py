@@ -11,7 +11,7 @@ try:  # Horovod uses cloudpickle; plain pickle covers everything but lambdas/loc
 except ImportError:  # pragma: no cover - depends on the installation
     import pickle as _pickle
 
-from horovodlite.common.process_sets import global_process_set, check_global
+from horovodlite.common.process_sets import global_process_set, _ps_id
 from horovodlite.torch.mpi_ops import (allgather, broadcast_, broadcast_async_, synchronize, rank,
                                        _check_root)
 
@@ -24,7 +24,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
             of ``(name, tensor)`` pairs), or a list of tensors.
         root_rank: the rank whose values everyone gets.
     """
-    check_global(process_set, "broadcast_parameters")
+    _ps_id(process_set, "broadcast_parameters")
     if isinstance(params, dict):
         params = sorted(params.items())
     elif isinstance(params, (list, tuple)) or isinstance(params, collections.abc.Iterator):
@@ -116,9 +116,9 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
         optimizer: a torch.optim.Optimizer or a DistributedOptimizer.
         root_rank: the rank whose state everyone gets.
         model: accepted for Horovod 0.28's signature; not needed here.
-        process_set: only the global process set is supported.
+        process_set: the ranks that take part (root_rank is a global rank in it).
     """
-    check_global(process_set, "broadcast_optimizer_state")
+    _ps_id(process_set, "broadcast_optimizer_state")
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     _check_root(root_rank, "broadcast_optimizer_state")
@@ -178,7 +178,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         root_rank: the rank whose object is returned.
         name: names the underlying broadcasts (default: the object's type name).
     """
-    check_global(process_set, "broadcast_object")
+    _ps_id(process_set, "broadcast_object")
     _check_root(root_rank, "broadcast_object")
     if name is None:
         name = type(obj).__name__
@@ -201,7 +201,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Serializes ``obj`` on every rank and returns the list of all ranks'
     objects, in rank order."""
-    check_global(process_set, "allgather_object")
+    _ps_id(process_set, "allgather_object")
     if name is None:
         name = type(obj).__name__
     buf = io.BytesIO()

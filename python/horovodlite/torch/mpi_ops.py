@@ -10,7 +10,7 @@ import warnings
 import torch
 
 from horovodlite.common.exceptions import HorovodInternalError  # noqa: F401  (re-exported)
-from horovodlite.common.process_sets import ProcessSet, global_process_set, check_global  # noqa: F401
+from horovodlite.common.process_sets import ProcessSet, global_process_set, _ps_id, _ps_size, _ps_rank  # noqa: F401
 from horovodlite.torch import _C
 from horovodlite.torch.basics import (Average, Sum, Adasum, Min, Max, Product, _OPS,  # noqa: F401
                                       rank, size)
@@ -166,12 +166,11 @@ def _check_op(op, what):
 def _check_allreduce_args(tensor, name, prescale_factor, postscale_factor, process_set, what):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if process_set is not global_process_set:
-        check_global(process_set, what)
+    psid = 0 if process_set is global_process_set else _ps_id(process_set, what)
     name = "" if name is None else _name(name, what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
-    return name, pre, post
+    return name, pre, post, psid
 
 
 def _core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
@@ -202,7 +201,8 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, proces
     ``tensor``), e.g. a buffer reused from step to step; None: a new tensor."""
     if isinstance(tensor, torch.Tensor) and tensor.is_sparse:
         raise ValueError("%s: sparse tensors are not supported (use sparse_as_dense=True or .to_dense())" % what)
-    name, pre, post = _check_allreduce_args(tensor, name, prescale_factor, postscale_factor, process_set, what)
+    name, pre, post, psid = _check_allreduce_args(tensor, name, prescale_factor, postscale_factor, process_set,
+                                                  what)
     fp16_wire = False
     if compression is not Compression.none:
         if compression is not Compression.fp16:
@@ -213,7 +213,7 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, proces
         _check_tensor(output, what)
         if in_place:
             raise ValueError("%s: an output tensor cannot be given to the in-place form" % what)
-    return _Handle([_C.allreduce_async(tensor, name, op, pre, post, in_place, fp16_wire, output)], _single)
+    return _Handle([_C.allreduce_async(tensor, name, op, pre, post, in_place, fp16_wire, output, psid)], _single)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -271,12 +271,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         resolved = _resolve_op(op, average, "allreduce")
         if compression is Compression.none or _core_fp16(tensor, compression, resolved, prescale_factor,
                                                          postscale_factor):
-            name, pre, post = _check_allreduce_args(tensor, name, prescale_factor, postscale_factor, process_set,
-                                                    "allreduce")
+            name, pre, post, psid = _check_allreduce_args(tensor, name, prescale_factor, postscale_factor,
+                                                          process_set, "allreduce")
             if tensor.is_sparse:
                 _check_tensor(tensor, "allreduce")
             return _C.allreduce_async(tensor, name, resolved, pre, post, False,
-                                      compression is not Compression.none).synchronize()
+                                      compression is not Compression.none, None, psid).synchronize()
     _check_tensor(tensor, "allreduce")
     _resolve_op(op, average, "allreduce")
     tensor_compressed, ctx = compression.compress(tensor)
@@ -295,12 +295,12 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 def _grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor, process_set, in_place,
                              what):
     _check_tensors(tensors, what)
-    check_global(process_set, what)
+    psid = _ps_id(process_set, what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
     names = _group_names(name, len(tensors), what)
     # One group: negotiated and executed together (Horovod's group_id).
-    return _Handle(_C.grouped_allreduce_async(list(tensors), names, op, pre, post, in_place), _grouped)
+    return _Handle(_C.grouped_allreduce_async(list(tensors), names, op, pre, post, in_place, psid), _grouped)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -366,8 +366,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Asynchronously concatenates every process's ``tensor`` along dimension 0
     (which may differ between processes; the other dimensions must match)."""
     _check_tensor(tensor, "allgather_async")
-    check_global(process_set, "allgather_async")
-    return _Handle([_C.allgather_async(tensor, _name(name, "allgather_async"))], _single)
+    psid = _ps_id(process_set, "allgather_async")
+    return _Handle([_C.allgather_async(tensor, _name(name, "allgather_async"), psid)], _single)
 
 
 def _allgather_grad(grad_output, dim0, process_set):
@@ -375,7 +375,7 @@ def _allgather_grad(grad_output, dim0, process_set):
     # then each rank keeps the rows it contributed.
     grad_reduced = allreduce(grad_output, op=Average, process_set=process_set)
     dims = allgather(torch.tensor([dim0], dtype=torch.int64), process_set=process_set)
-    offset = int(dims[:rank()].sum().item())
+    offset = int(dims[:_ps_rank(process_set, "allgather")].sum().item())
     return grad_reduced.narrow(0, offset, dim0)
 
 
@@ -404,9 +404,9 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Asynchronous allgather of a list of tensors; synchronize() returns a list."""
     _check_tensors(tensors, "grouped_allgather_async")
-    check_global(process_set, "grouped_allgather_async")
+    psid = _ps_id(process_set, "grouped_allgather_async")
     names = _group_names(name, len(tensors), "grouped_allgather_async")
-    return _Handle(_C.grouped_allgather_async(list(tensors), names), _grouped)
+    return _Handle(_C.grouped_allgather_async(list(tensors), names, psid), _grouped)
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -467,7 +467,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     if tensor.layout != torch.sparse_coo:
         raise ValueError("%s: expected a sparse COO tensor (layout torch.sparse_coo), got %s"
                          % (what, tensor.layout))
-    check_global(process_set, what)
+    psid = _ps_id(process_set, what)
     op = _check_op(op, what)
     if op not in (Average, Sum):
         raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
@@ -478,9 +478,9 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     # The size travels too (a few bytes, fused with the rest) so that ranks that
     # disagree about it get an error instead of a tensor with foreign indices.
     shape = torch.tensor(list(tensor.shape), dtype=torch.int64)
-    parts = [_C.allgather_async(indices, base + ".indices"), _C.allgather_async(values, base + ".values"),
-             _C.allgather_async(shape, base + ".size")]
-    return _Handle(parts, _sparse_finish(tensor, op, size()))
+    parts = [_C.allgather_async(indices, base + ".indices", psid), _C.allgather_async(values, base + ".values", psid),
+             _C.allgather_async(shape, base + ".size", psid)]
+    return _Handle(parts, _sparse_finish(tensor, op, _ps_size(process_set, what)))
 
 
 _sparse_ids = [0]
@@ -498,16 +498,16 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     is not modified)."""
     _check_tensor(tensor, "broadcast_async")
     _check_root(root_rank, "broadcast_async")
-    check_global(process_set, "broadcast_async")
-    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async"), False)], _single)
+    psid = _ps_id(process_set, "broadcast_async")
+    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async"), False, psid)], _single)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place form of broadcast_async(): ``tensor`` receives root's value."""
     _check_tensor(tensor, "broadcast_async_")
     _check_root(root_rank, "broadcast_async_")
-    check_global(process_set, "broadcast_async_")
-    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async_"), True)], _single)
+    psid = _ps_id(process_set, "broadcast_async_")
+    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async_"), True, psid)], _single)
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -540,7 +540,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # --------------------------------------------------------------- alltoall ----
 
-def _splits_list(tensor, splits, what):
+def _splits_list(tensor, splits, what, n=None):
     if splits is None:
         return []
     if isinstance(splits, torch.Tensor):
@@ -557,7 +557,7 @@ def _splits_list(tensor, splits, what):
     else:
         raise TypeError("%s: splits must be None, a list of ints or an integer tensor, got %s"
                         % (what, type(splits).__name__))
-    n = size()
+    n = size() if n is None else n
     if len(values) != n:
         raise ValueError("%s: splits has %d entries; it needs one per rank (%d)" % (what, len(values), n))
     if any(v < 0 for v in values):
@@ -578,15 +578,15 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     rows to rank j (even split when None). synchronize() returns
     ``(output, received_splits)``."""
     _check_tensor(tensor, "alltoall_async")
-    check_global(process_set, "alltoall_async")
-    values = _splits_list(tensor, splits, "alltoall_async")
+    psid = _ps_id(process_set, "alltoall_async")
+    n = _ps_size(process_set, "alltoall_async")
+    values = _splits_list(tensor, splits, "alltoall_async", n)
     if not values:
-        n = size()
         dim0 = tensor.shape[0] if tensor.dim() > 0 else 1
         if dim0 % n != 0:
             raise ValueError("alltoall_async: without splits the first dimension (%d) must be divisible by the "
                              "number of ranks (%d)" % (dim0, n))
-    part = _C.alltoall_async(tensor, values, _name(name, "alltoall_async"))
+    part = _C.alltoall_async(tensor, values, _name(name, "alltoall_async"), psid)
     return _Handle([part], _alltoall_finish)
 
 
@@ -633,13 +633,13 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     ranks get one row more)."""
     what = "reducescatter_async"
     _check_tensor(tensor, what)
-    check_global(process_set, what)
+    psid = _ps_id(process_set, what)
     op = _reducescatter_op(op, what)
     if tensor.dim() == 0:
         raise ValueError("%s: the tensor needs at least one dimension" % what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
-    return _Handle([_C.reducescatter_async(tensor, _name(name, what), op, pre, post)], _single)
+    return _Handle([_C.reducescatter_async(tensor, _name(name, what), op, pre, post, psid)], _single)
 
 
 def _reducescatter_grad(grad_output, op, prescale_factor, postscale_factor, process_set):
@@ -647,7 +647,7 @@ def _reducescatter_grad(grad_output, op, prescale_factor, postscale_factor, proc
     grad = allgather(grad_output, process_set=process_set)
     scale = float(prescale_factor) * float(postscale_factor)
     if op == Sum:
-        scale *= size()
+        scale *= _ps_size(process_set, "reducescatter")
     return grad * scale if scale != 1.0 else grad
 
 
@@ -684,7 +684,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     """Asynchronous reducescatter of a list of tensors; synchronize() returns a list."""
     what = "grouped_reducescatter_async"
     _check_tensors(tensors, what)
-    check_global(process_set, what)
+    psid = _ps_id(process_set, what)
     names = _group_names(name, len(tensors), what)
     op = _reducescatter_op(op, what)
     for t in tensors:
@@ -692,7 +692,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
             raise ValueError("%s: every tensor needs at least one dimension" % what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
-    return _Handle(_C.grouped_reducescatter_async(list(tensors), names, op, pre, post), _grouped)
+    return _Handle(_C.grouped_reducescatter_async(list(tensors), names, op, pre, post, psid), _grouped)
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
@@ -741,5 +741,4 @@ def join(device=-1):
 
 def barrier(process_set=global_process_set):
     """Blocks until every rank has reached the barrier."""
-    check_global(process_set, "barrier")
-    _C.barrier()
+    _C.barrier(_ps_id(process_set, "barrier"))

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
-from horovodlite.common.process_sets import global_process_set, check_global
+from horovodlite.common.process_sets import global_process_set, _ps_id
 from horovodlite.torch._compat import backward_pass_key, register_grad_ready_hook
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
@@ -401,7 +401,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         groups: an int (that many fused groups) or a list of lists of parameters.
         sparse_as_dense: send sparse gradients as dense tensors.
     """
-    check_global(process_set, "DistributedOptimizer")
+    _ps_id(process_set, "DistributedOptimizer")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if op == Adasum:

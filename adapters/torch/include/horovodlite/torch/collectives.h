@@ -7,6 +7,9 @@
 //   in-place results are copied back on synchronize().
 // - *_async functions return at once; the AsyncHandle keeps the tensors alive.
 //   The synchronous forms wait and throw HorovodError on failure.
+// - Every collective runs on a process set: AllreduceOptions/ReducescatterOptions
+//   ::process_set, or the trailing `process_set` argument (the global set by
+//   default). A broadcast's root_rank is a global rank; sizes are the set's.
 // - Trailing-underscore functions work in place and return the tensor itself.
 #pragma once
 
@@ -23,6 +26,7 @@ namespace horovodlite {
 namespace torch {
 
 using horovodlite::AllreduceOptions;
+using horovodlite::ProcessSet;
 using horovodlite::ReduceOp;
 using horovodlite::ReducescatterOptions;
 
@@ -47,14 +51,18 @@ at::Tensor allreduce(const at::Tensor& tensor, const std::string& name = "", con
 at::Tensor allreduce_(const at::Tensor& tensor, const std::string& name = "", const AllreduceOptions& options = {});
 
 // ---- allgather: concatenation along dim 0 (dim 0 may differ between ranks) ----
-AsyncHandle allgather_async(const at::Tensor& tensor, const std::string& name = "");
-at::Tensor allgather(const at::Tensor& tensor, const std::string& name = "");
+AsyncHandle allgather_async(const at::Tensor& tensor, const std::string& name = "", const ProcessSet& process_set = {});
+at::Tensor allgather(const at::Tensor& tensor, const std::string& name = "", const ProcessSet& process_set = {});
 
 // ---- broadcast from root_rank ----
-AsyncHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name = "");
-AsyncHandle broadcast_async_(const at::Tensor& tensor, int root_rank, const std::string& name = "");
-at::Tensor broadcast(const at::Tensor& tensor, int root_rank, const std::string& name = "");
-at::Tensor broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name = "");
+AsyncHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name = "",
+                            const ProcessSet& process_set = {});
+AsyncHandle broadcast_async_(const at::Tensor& tensor, int root_rank, const std::string& name = "",
+                            const ProcessSet& process_set = {});
+at::Tensor broadcast(const at::Tensor& tensor, int root_rank, const std::string& name = "",
+                      const ProcessSet& process_set = {});
+at::Tensor broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name = "",
+                      const ProcessSet& process_set = {});
 
 // ---- alltoall: rows [sum(splits[:j]), sum(splits[:j+1])) of dim 0 go to rank j;
 // empty splits divide dim 0 evenly ----
@@ -63,9 +71,9 @@ struct AlltoallResult {
   std::vector<int64_t> received_splits;  // rows received from each rank
 };
 AsyncHandle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits = {},
-                           const std::string& name = "");
+                           const std::string& name = "", const ProcessSet& process_set = {});
 AlltoallResult alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits = {},
-                        const std::string& name = "");
+                        const std::string& name = "", const ProcessSet& process_set = {});
 
 // ---- reducescatter: reduce, then rank r keeps its block of dim 0 ----
 AsyncHandle reducescatter_async(const at::Tensor& tensor, const std::string& name = "",
@@ -84,16 +92,24 @@ std::vector<AsyncHandle> grouped_allreduce_async_(const std::vector<at::Tensor>&
                                                   const std::vector<std::string>& names = {},
                                                   const AllreduceOptions& options = {});
 std::vector<AsyncHandle> grouped_allgather_async(const std::vector<at::Tensor>& tensors,
-                                                 const std::vector<std::string>& names = {});
+                                                 const std::vector<std::string>& names = {},
+                                                 const ProcessSet& process_set = {});
 std::vector<AsyncHandle> grouped_reducescatter_async(const std::vector<at::Tensor>& tensors,
                                                      const std::vector<std::string>& names = {},
                                                      const ReducescatterOptions& options = {});
 
 // ---- join / barrier ----
-// This rank has no more data; returns the last rank to join once all have.
+// This rank has no more data; returns the last rank to join once all have
+// (the global set only, as Horovod).
 AsyncHandle join_async();
 int join();
-void barrier();
+void barrier(const ProcessSet& process_set = {});
+
+// ---- process sets (horovodlite/process_set.h) ----
+// Collective over every rank; need HOROVODLITE_DYNAMIC_PROCESS_SETS=1. Throw
+// HorovodError on failure (a duplicate set, bad ranks, ops in flight on removal).
+ProcessSet add_process_set(const std::vector<int>& ranks);
+void remove_process_set(const ProcessSet& process_set);
 
 }  // namespace torch
 }  // namespace horovodlite

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "horovodlite/common.h"
+#include "horovodlite/process_set.h"
 #include "horovodlite/torch/async_handle.h"
 #include "horovodlite/torch/compat.h"
 
@@ -39,6 +40,9 @@ struct DistributedOptimizerOptions {
   int backward_passes_per_step = 1;
   // Average only: gradients are scaled by 1/f before the sum and by f/size after.
   double gradient_predivide_factor = 1.0;
+  // The ranks that average their gradients (Average divides by the set's size);
+  // the other ranks must not step this optimizer.
+  ProcessSet process_set;
 };
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
