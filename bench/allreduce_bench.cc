@@ -10,11 +10,10 @@
 // MPI_Allreduce of the same bytes, and the latency of one 4 KiB tensor.
 #include <mpi.h>
 
-#include <cxxopts.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cxxopts.hpp>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -118,9 +117,8 @@ int main(int argc, char** argv) {
   // ---- raw MPI, alone on the machine ----
   for (Row& r : rows) {
     const int n = static_cast<int>(r.bytes / sizeof(float));
-    r.mpi = timed(2, iterations_for(r.bytes, scale), [&] {
-      MPI_Allreduce(MPI_IN_PLACE, buf.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    });
+    r.mpi = timed(2, iterations_for(r.bytes, scale),
+                  [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
   }
   double resnet_mpi = 0;
   if (do_resnet) {
@@ -132,9 +130,8 @@ int main(int argc, char** argv) {
   float lat = 1.0f;
   std::vector<float> small(1024, 1.0f);
   const int lat_iters = std::max(100, 3000 * scale / 100);
-  const double lat_mpi = timed(50, lat_iters, [&] {
-    MPI_Allreduce(MPI_IN_PLACE, small.data(), 1024, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  });
+  const double lat_mpi = timed(
+      50, lat_iters, [&] { MPI_Allreduce(MPI_IN_PLACE, small.data(), 1024, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
   (void)lat;
 
   // ---- horovodlite ----
@@ -185,31 +182,31 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     const double bus = size > 1 ? 2.0 * (size - 1) / size : 1.0;
     std::printf("# allreduce_bench: np=%d, float32 sum; times are the slowest rank's mean\n", size);
-    std::printf("%12s %12s %10s %12s %10s %8s %12s %10s %9s\n", "bytes", "mpi_us", "mpi_busbw", "hvl_us",
-                "hvl_busbw", "hvl/mpi", "fp16_us", "fp16_busbw", "fp16_gain");
+    std::printf("%12s %12s %10s %12s %10s %8s %12s %10s %9s\n", "bytes", "mpi_us", "mpi_busbw", "hvl_us", "hvl_busbw",
+                "hvl/mpi", "fp16_us", "fp16_busbw", "fp16_gain");
     for (const Row& r : rows) {
       auto bw = [&](double t) { return r.bytes / t / 1e9 * bus; };
-      std::printf("%12zu %12.1f %10.3f %12.1f %10.3f %8.2f %12.1f %10.3f %9.2f\n", r.bytes, r.mpi * 1e6,
-                  bw(r.mpi), r.hvl * 1e6, bw(r.hvl), bw(r.hvl) / bw(r.mpi), r.hvl_fp16 * 1e6, bw(r.hvl_fp16),
-                  r.hvl / r.hvl_fp16);
+      std::printf("%12zu %12.1f %10.3f %12.1f %10.3f %8.2f %12.1f %10.3f %9.2f\n", r.bytes, r.mpi * 1e6, bw(r.mpi),
+                  r.hvl * 1e6, bw(r.hvl), bw(r.hvl) / bw(r.mpi), r.hvl_fp16 * 1e6, bw(r.hvl_fp16), r.hvl / r.hvl_fp16);
     }
     std::printf("# busbw in GB/s; hvl/mpi = busbw ratio (>1: horovodlite faster); fp16_gain = hvl_us / fp16_us\n");
     if (do_resnet) {
-      std::printf("resnet50: %zu tensors, %.1f MB: one MPI_Allreduce %.2f ms; horovodlite step %.2f ms (%.2fx of MPI); "
-                  "fp16 step %.2f ms\n",
-                  resnet.size(), resnet_total * 4 / 1e6, resnet_mpi * 1e3, resnet_hvl * 1e3, resnet_hvl / resnet_mpi,
-                  resnet_hvl_fp16 * 1e3);
+      std::printf(
+          "resnet50: %zu tensors, %.1f MB: one MPI_Allreduce %.2f ms; horovodlite step %.2f ms (%.2fx of MPI); "
+          "fp16 step %.2f ms\n",
+          resnet.size(), resnet_total * 4 / 1e6, resnet_mpi * 1e3, resnet_hvl * 1e3, resnet_hvl / resnet_mpi,
+          resnet_hvl_fp16 * 1e3);
     }
-    std::printf("latency 4 KiB: MPI_Allreduce %.1f us; horovodlite %.1f us (+%.1f us)\n", lat_mpi * 1e6,
-                lat_hvl * 1e6, (lat_hvl - lat_mpi) * 1e6);
+    std::printf("latency 4 KiB: MPI_Allreduce %.1f us; horovodlite %.1f us (+%.1f us)\n", lat_mpi * 1e6, lat_hvl * 1e6,
+                (lat_hvl - lat_mpi) * 1e6);
     const std::string csv = args["csv"].as<std::string>();
     if (!csv.empty()) {
       std::ofstream f(csv);
       f << "bytes,np,mpi_s,hvl_s,hvl_fp16_s,mpi_busbw_gbs,hvl_busbw_gbs,hvl_fp16_busbw_gbs\n";
       for (const Row& r : rows) {
         f << r.bytes << ',' << size << ',' << r.mpi << ',' << r.hvl << ',' << r.hvl_fp16 << ','
-          << r.bytes / r.mpi / 1e9 * bus << ',' << r.bytes / r.hvl / 1e9 * bus << ',' << r.bytes / r.hvl_fp16 / 1e9 * bus
-          << '\n';
+          << r.bytes / r.mpi / 1e9 * bus << ',' << r.bytes / r.hvl / 1e9 * bus << ','
+          << r.bytes / r.hvl_fp16 / 1e9 * bus << '\n';
       }
       std::printf("wrote %s\n", csv.c_str());
     }

@@ -6,9 +6,8 @@
 //   bench_gpu_kernels [--bytes 268435456] [--tensors 1,8,64,512] [--iters 50] [--csv out.csv]
 #include <cuda_runtime_api.h>
 
-#include <cxxopts.hpp>
-
 #include <cstdio>
+#include <cxxopts.hpp>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -21,13 +20,13 @@ namespace hc = horovodlite::cuda;
 
 namespace {
 
-#define CHECK(call)                                                                                 \
-  do {                                                                                              \
-    cudaError_t rc_ = (call);                                                                       \
-    if (rc_ != cudaSuccess) {                                                                       \
+#define CHECK(call)                                                                                        \
+  do {                                                                                                     \
+    cudaError_t rc_ = (call);                                                                              \
+    if (rc_ != cudaSuccess) {                                                                              \
       std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(rc_), __FILE__, __LINE__); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
+      std::exit(1);                                                                                        \
+    }                                                                                                      \
   } while (0)
 
 // Median-free simple timing: `iters` launches between two events, after a warm-up.
@@ -80,7 +79,8 @@ int main(int argc, char** argv) {
   CHECK(cudaMemset(src, 0, bytes));
 
   // The reference: one cudaMemcpyAsync D2D of the same bytes (read + write).
-  const double ref_ms = time_ms([&] { CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s)); }, iters, s);
+  const double ref_ms =
+      time_ms([&] { CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s)); }, iters, s);
   const double ref_gbs = 2.0 * bytes / (ref_ms * 1e6);
   std::printf("device %s: cudaMemcpy D2D %.1f GB/s (read+write) for %lld bytes\n", prop.name, ref_gbs,
               static_cast<long long>(bytes));
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
       to_half.push_back({static_cast<uint16_t*>(half) + off, static_cast<float*>(src) + off, per});
       from_half.push_back({static_cast<float*>(dst) + off, static_cast<uint16_t*>(half) + off, per});
     }
-    const double moved = 2.0 * per * n * 4;          // float -> float
+    const double moved = 2.0 * per * n * 4;           // float -> float
     const double moved_half = per * n * (4.0 + 2.0);  // float <-> half
     struct Case {
       const char* name;
@@ -123,8 +123,9 @@ int main(int argc, char** argv) {
       const double ms = time_ms(c.run, iters, s);
       const double gbs = c.bytes / (ms * 1e6);
       std::printf("%-28s %8d %10.1f %10.1f %8.1f%%\n", c.name, n, ms * 1e3, gbs, 100.0 * gbs / ref_gbs);
-      if (csv) csv << c.name << "," << n << "," << c.bytes << "," << ms * 1e3 << "," << gbs << "," << gbs / ref_gbs
-                   << "," << ref_gbs << "\n";
+      if (csv)
+        csv << c.name << "," << n << "," << c.bytes << "," << ms * 1e3 << "," << gbs << "," << gbs / ref_gbs << ","
+            << ref_gbs << "\n";
     }
   }
   cudaFree(src);

@@ -106,9 +106,9 @@ int device_count() {
 Status check_device(const std::string& name, int device) {
   const int n = device_count();
   if (device >= n) {
-    return Status::InvalidArgument("tensor '" + name + "' is on cuda:" + std::to_string(device) + ", but this process " +
-                                   (n == 0 ? std::string("sees no CUDA device")
-                                           : "sees only " + std::to_string(n) + " CUDA device(s)"));
+    return Status::InvalidArgument(
+        "tensor '" + name + "' is on cuda:" + std::to_string(device) + ", but this process " +
+        (n == 0 ? std::string("sees no CUDA device") : "sees only " + std::to_string(n) + " CUDA device(s)"));
   }
   return Status::OK();
 }

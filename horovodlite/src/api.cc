@@ -20,9 +20,9 @@ namespace horovodlite {
 
 namespace {
 
-std::mutex g_mu;                    // guards g_runtime (init/shutdown vs. callers)
-std::shared_ptr<Runtime> g_runtime;  // the one mutable global: the handle to the runtime
-std::atomic<uint64_t> g_noname{0};      // unnamed ops before init
+std::mutex g_mu;                         // guards g_runtime (init/shutdown vs. callers)
+std::shared_ptr<Runtime> g_runtime;      // the one mutable global: the handle to the runtime
+std::atomic<uint64_t> g_noname{0};       // unnamed ops before init
 std::atomic<uint64_t> g_set_changes{0};  // add/remove_process_set calls (the same order on every rank)
 
 std::once_flag g_atexit_once;
@@ -101,8 +101,9 @@ Status check_tensor(const std::string& name, const TensorView& t, const char* wh
   const int64_t limit = INT64_MAX / static_cast<int64_t>(dtype_size(t.dtype));
   int64_t elements = 1;
   for (int64_t d : t.shape) {
-    if (d < 0) return Status::InvalidArgument(std::string(what) + " of '" + name + "' has a negative dimension " +
-                                              shape_string(t.shape));
+    if (d < 0)
+      return Status::InvalidArgument(std::string(what) + " of '" + name + "' has a negative dimension " +
+                                     shape_string(t.shape));
     if (d > 0 && elements > limit / d) {
       return Status::InvalidArgument(std::string(what) + " of '" + name + "' is too large: shape " +
                                      shape_string(t.shape) + " overflows a 64-bit byte count");
@@ -128,7 +129,8 @@ Status check_scaling(const std::string& name, DataType dtype, ReduceOp op, doubl
     return Status::InvalidArgument("invalid reduce op for tensor '" + name + "'");
   }
   if (dtype == DataType::kBool && (op == ReduceOp::kAverage || pre != 1.0 || post != 1.0)) {
-    return Status::InvalidArgument("tensor '" + name + "' is bool: Average and scale factors are not defined for "
+    return Status::InvalidArgument("tensor '" + name +
+                                   "' is bool: Average and scale factors are not defined for "
                                    "bool; use Sum (logical or), Min, Max or Product (logical and)");
   }
   if (!std::isfinite(pre) || !std::isfinite(post)) {
@@ -149,7 +151,7 @@ HandlePtr submit(std::unique_ptr<TensorEntry> e, const ProcessSet& set) {
 }
 
 std::unique_ptr<TensorEntry> make_entry(OpType type, const std::string& name, const TensorView& input,
-                                       ReadyEventPtr ready = nullptr) {
+                                        ReadyEventPtr ready = nullptr) {
   auto e = std::make_unique<TensorEntry>();
   e->request.type = type;
   e->request.name = name;
@@ -288,9 +290,9 @@ bool cuda_built() { return device_backend_built(); }
 int nccl_version() { return device_nccl_version(); }
 int cuda_device_count() { return device_count(); }
 
-#define HVL_MPI_QUERY(fn, member)      \
-  int fn() {                           \
-    auto rt = current();               \
+#define HVL_MPI_QUERY(fn, member)        \
+  int fn() {                             \
+    auto rt = current();                 \
     return rt ? rt->mpi().member() : -1; \
   }
 HVL_MPI_QUERY(rank, rank)
@@ -372,8 +374,8 @@ Status allreduce_entry(const std::string& name, const TensorView& input, const T
   return Status::OK();
 }
 
-Status allgather_entry(const std::string& name, const TensorView& input, OutputAllocator allocate,
-                       ReadyEventPtr ready, std::unique_ptr<TensorEntry>* out) {
+Status allgather_entry(const std::string& name, const TensorView& input, OutputAllocator allocate, ReadyEventPtr ready,
+                       std::unique_ptr<TensorEntry>* out) {
   Status s = check_tensor(name, input, "input");
   if (s.ok() && !allocate) s = Status::InvalidArgument("allgather '" + name + "' needs an output allocator");
   HVL_RETURN_IF_ERROR(s);
@@ -416,14 +418,15 @@ std::vector<HandlePtr> submit_group(
   const std::string what = std::string("grouped_") + op;
   auto fail_all = [&](const Status& s) {
     std::vector<HandlePtr> handles;
-    for (size_t i = 0; i < std::max<size_t>(count, 1); ++i) handles.push_back(failed(i < names.size() ? names[i] : what, s));
+    for (size_t i = 0; i < std::max<size_t>(count, 1); ++i)
+      handles.push_back(failed(i < names.size() ? names[i] : what, s));
     return handles;
   };
   if (count == 0) return fail_all(Status::InvalidArgument(what + ": the list of tensors is empty"));
   if (names.size() != count || second_count != count || (!ready.empty() && ready.size() != count)) {
     return fail_all(Status::InvalidArgument(what + ": " + std::to_string(names.size()) + " names, " +
-                                            std::to_string(count) + " inputs, " + std::to_string(second_count) +
-                                            " " + second + " and " + std::to_string(ready.size()) +
+                                            std::to_string(count) + " inputs, " + std::to_string(second_count) + " " +
+                                            second + " and " + std::to_string(ready.size()) +
                                             " ready events; expected one of each per tensor (events: or none)"));
   }
   std::vector<std::string> members = group;
@@ -454,8 +457,10 @@ std::vector<HandlePtr> submit_group(
   }
   auto rt = current();
   if (!rt) {
-    return fail_all(Status::Precondition("horovodlite is not initialized (call init() first, or init() again "
-                                         "after shutdown()); cannot run " + what + " of '" + names[0] + "'"));
+    return fail_all(
+        Status::Precondition("horovodlite is not initialized (call init() first, or init() again "
+                             "after shutdown()); cannot run " +
+                             what + " of '" + names[0] + "'"));
   }
   return rt->enqueue_group(std::move(entries), set.id());
 }
@@ -485,8 +490,7 @@ HandlePtr allgather_async(const std::string& name_in, const TensorView& input, O
 
 std::vector<HandlePtr> grouped_allreduce_async(const std::vector<std::string>& names,
                                                const std::vector<TensorView>& inputs,
-                                               const std::vector<TensorView>& outputs,
-                                               const AllreduceOptions& options,
+                                               const std::vector<TensorView>& outputs, const AllreduceOptions& options,
                                                const std::vector<ReadyEventPtr>& ready,
                                                const std::vector<std::string>& group) {
   return submit_group("allreduce", names, inputs.size(), outputs.size(), "outputs", ready, group, options.process_set,
@@ -499,8 +503,7 @@ std::vector<HandlePtr> grouped_allgather_async(const std::vector<std::string>& n
                                                const std::vector<TensorView>& inputs,
                                                const std::vector<OutputAllocator>& allocators,
                                                const std::vector<ReadyEventPtr>& ready,
-                                               const std::vector<std::string>& group,
-                                               const ProcessSet& process_set) {
+                                               const std::vector<std::string>& group, const ProcessSet& process_set) {
   return submit_group("allgather", names, inputs.size(), allocators.size(), "allocators", ready, group, process_set,
                       [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
                         return allgather_entry(name, inputs[i], allocators[i], std::move(r), e);
@@ -540,8 +543,8 @@ HandlePtr broadcast_async(const std::string& name_in, const TensorView& tensor, 
     const auto it = std::find(set.ranks.begin(), set.ranks.end(), root_rank);
     if (it == set.ranks.end()) {
       s = Status::InvalidArgument("root rank " + std::to_string(root_rank) + " of broadcast '" + name +
-                                  "' is not in process set " + std::to_string(options.process_set.id()) +
-                                  " (ranks [" + rank_list(set.ranks) + "])");
+                                  "' is not in process set " + std::to_string(options.process_set.id()) + " (ranks [" +
+                                  rank_list(set.ranks) + "])");
     } else {
       root = static_cast<int>(it - set.ranks.begin());
     }
@@ -584,8 +587,10 @@ HandlePtr alltoall_async(const std::string& name_in, const TensorView& input, co
     } else {
       int64_t sum = 0;
       for (int64_t x : sp) {
-        if (x < 0) s = Status::InvalidArgument("alltoall '" + name + "': splits must not be negative");
-        else if (x > INT64_MAX - sum) s = Status::InvalidArgument("alltoall '" + name + "': splits overflow");
+        if (x < 0)
+          s = Status::InvalidArgument("alltoall '" + name + "': splits must not be negative");
+        else if (x > INT64_MAX - sum)
+          s = Status::InvalidArgument("alltoall '" + name + "': splits overflow");
         if (!s.ok()) break;
         sum += x;
       }

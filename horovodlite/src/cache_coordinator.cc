@@ -27,8 +27,8 @@ void CacheCoordinator::record_exiting(int rank) { set_bit(exiters_, static_cast<
 Status CacheCoordinator::sync(MPI_Comm comm) {
   for (size_t w = 0; w < or_words_; ++w) bits_[w] = ~bits_[w];
   MPI_Request req;
-  HVL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bits_.data(), static_cast<int>(bits_.size()), MPI_UINT64_T, MPI_BAND,
-                               comm, &req));
+  HVL_MPI_CHECK(
+      MPI_Iallreduce(MPI_IN_PLACE, bits_.data(), static_cast<int>(bits_.size()), MPI_UINT64_T, MPI_BAND, comm, &req));
   HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallreduce (negotiation)"));
   for (size_t w = 0; w < or_words_; ++w) bits_[w] = ~bits_[w];
   return Status::OK();
@@ -37,7 +37,8 @@ Status CacheCoordinator::sync(MPI_Comm comm) {
 std::vector<uint32_t> CacheCoordinator::invalid() const {
   std::vector<uint32_t> out;
   for (size_t w = 0; w < words_; ++w) {
-    for (uint64_t b = bits_[invalid_ + w]; b; b &= b - 1) out.push_back(static_cast<uint32_t>(w * 64 + __builtin_ctzll(b)));
+    for (uint64_t b = bits_[invalid_ + w]; b; b &= b - 1)
+      out.push_back(static_cast<uint32_t>(w * 64 + __builtin_ctzll(b)));
   }
   return out;
 }

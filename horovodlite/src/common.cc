@@ -26,16 +26,26 @@ size_t dtype_size(DataType dtype) {
 
 const char* dtype_name(DataType dtype) {
   switch (dtype) {
-    case DataType::kUInt8: return "uint8";
-    case DataType::kInt8: return "int8";
-    case DataType::kInt16: return "int16";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
-    case DataType::kBool: return "bool";
+    case DataType::kUInt8:
+      return "uint8";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kInt16:
+      return "int16";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
+    case DataType::kBool:
+      return "bool";
   }
   return "invalid-dtype";
 }
@@ -49,28 +59,44 @@ bool dtype_is_floating(DataType dtype) {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kAverage: return "Average";
-    case ReduceOp::kSum: return "Sum";
-    case ReduceOp::kMin: return "Min";
-    case ReduceOp::kMax: return "Max";
-    case ReduceOp::kProduct: return "Product";
-    case ReduceOp::kAdasum: return "Adasum";
+    case ReduceOp::kAverage:
+      return "Average";
+    case ReduceOp::kSum:
+      return "Sum";
+    case ReduceOp::kMin:
+      return "Min";
+    case ReduceOp::kMax:
+      return "Max";
+    case ReduceOp::kProduct:
+      return "Product";
+    case ReduceOp::kAdasum:
+      return "Adasum";
   }
   return "invalid-op";
 }
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kDuplicateName: return "DUPLICATE_NAME";
-    case StatusCode::kMismatch: return "MISMATCH";
-    case StatusCode::kPrecondition: return "PRECONDITION";
-    case StatusCode::kAborted: return "ABORTED";
-    case StatusCode::kTimeout: return "TIMEOUT";
-    case StatusCode::kInternal: return "INTERNAL";
-    case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
-    case StatusCode::kInProgress: return "IN_PROGRESS";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kDuplicateName:
+      return "DUPLICATE_NAME";
+    case StatusCode::kMismatch:
+      return "MISMATCH";
+    case StatusCode::kPrecondition:
+      return "PRECONDITION";
+    case StatusCode::kAborted:
+      return "ABORTED";
+    case StatusCode::kTimeout:
+      return "TIMEOUT";
+    case StatusCode::kInternal:
+      return "INTERNAL";
+    case StatusCode::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case StatusCode::kInProgress:
+      return "IN_PROGRESS";
   }
   return "UNKNOWN";
 }

@@ -10,12 +10,18 @@ namespace horovodlite {
 
 const char* log_level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::kTrace: return "trace";
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarning: return "warning";
-    case LogLevel::kError: return "error";
-    case LogLevel::kFatal: return "fatal";
+    case LogLevel::kTrace:
+      return "trace";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarning:
+      return "warning";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kFatal:
+      return "fatal";
   }
   return "?";
 }
@@ -138,9 +144,12 @@ Status Config::from_env(Config* out) {
     if (const char* v = lookup("GPU_OPERATIONS", &var)) {
       std::string s(v);
       for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      if (s == "nccl") c.gpu_operations = GpuOperations::kNccl;
-      else if (s == "mpi") c.gpu_operations = GpuOperations::kMpi;
-      else return bad(var, v, "nccl or mpi");
+      if (s == "nccl")
+        c.gpu_operations = GpuOperations::kNccl;
+      else if (s == "mpi")
+        c.gpu_operations = GpuOperations::kMpi;
+      else
+        return bad(var, v, "nccl or mpi");
     }
   }
   *out = c;

@@ -267,8 +267,8 @@ Status Controller::negotiate(std::vector<Response>* out) {
     }
     recv_buf_.resize(static_cast<size_t>(total));
   }
-  HVL_MPI_CHECK(MPI_Igatherv(send_buf_.data(), len, MPI_BYTE, recv_buf_.data(), lens.data(), displs.data(), MPI_BYTE,
-                             0, comm, &req));
+  HVL_MPI_CHECK(MPI_Igatherv(send_buf_.data(), len, MPI_BYTE, recv_buf_.data(), lens.data(), displs.data(), MPI_BYTE, 0,
+                             comm, &req));
   HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igatherv"));
 
   int64_t resp_len = 0;

@@ -54,8 +54,7 @@ class Controller {
 
   // Negotiates on `comm` (which it does not own); `timeline` and `watchdog`
   // outlive it. Not collective: nothing is exchanged before the first cycle.
-  Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
-             LocalLookup local);
+  Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog, LocalLookup local);
 
   struct Input {
     std::vector<Request> requests;  // drained from the queue since the last cycle

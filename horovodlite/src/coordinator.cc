@@ -58,8 +58,10 @@ bool Coordinator::agreed_group(const std::string& name, const Pending& p, uint64
     if (!p.has[r]) continue;
     const Request& q = p.by_rank[r];
     os << (sep ? "; " : "") << "rank " << r << ": ";
-    if (q.group_id == 0) os << "not grouped";
-    else os << "a group of " << q.group_size << " tensors (id " << std::hex << q.group_id << std::dec << ")";
+    if (q.group_id == 0)
+      os << "not grouped";
+    else
+      os << "a group of " << q.group_size << " tensors (id " << std::hex << q.group_id << std::dec << ")";
     sep = true;
   }
   err->type = OpType::kError;
@@ -105,7 +107,8 @@ void Coordinator::emit_group(uint64_t id, std::vector<Response>* out) {
     const Pending& fp = table_.at(failed->names[0]);
     int first = 0;
     while (!fp.has[first]) ++first;
-    err.error_message = "grouped " + std::string(op_type_name(fp.by_rank[first].type)) + " of " + std::to_string(g.members.size()) + " tensors (" + names.str() +
+    err.error_message = "grouped " + std::string(op_type_name(fp.by_rank[first].type)) + " of " +
+                        std::to_string(g.members.size()) + " tensors (" + names.str() +
                         ") failed: " + failed->error_message;
     built.assign(1, std::move(err));
   }
@@ -181,8 +184,10 @@ std::vector<Coordinator::PendingInfo> Coordinator::pending() const {
     info.name = name;
     info.first_seen = it->second.first_seen;
     for (int r = 0; r < size_; ++r) {
-      if (it->second.has[r]) info.ready_ranks.push_back(r);
-      else if (!joined_[r]) info.missing_ranks.push_back(r);
+      if (it->second.has[r])
+        info.ready_ranks.push_back(r);
+      else if (!joined_[r])
+        info.missing_ranks.push_back(r);
     }
     out.push_back(std::move(info));
   }
@@ -232,55 +237,64 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
                       const std::function<bool(const Request&)>& differs) -> bool {
     for (int r = 0; r < size_; ++r) {
       if (p.has[r] && differs(p.by_rank[r])) {
-        err.error_message = std::string("Mismatched ") + what + " for tensor '" + name + "' (" +
-                            op_type_name(q0.type) + "): " + per_rank(p.by_rank, p.has, show);
+        err.error_message = std::string("Mismatched ") + what + " for tensor '" + name + "' (" + op_type_name(q0.type) +
+                            "): " + per_rank(p.by_rank, p.has, show);
         return true;
       }
     }
     return false;
   };
 
-  if (mismatch("operations", [](const Request& q) { return std::string(op_type_name(q.type)); },
-               [&](const Request& q) { return q.type != q0.type; }))
+  if (mismatch(
+          "operations", [](const Request& q) { return std::string(op_type_name(q.type)); },
+          [&](const Request& q) { return q.type != q0.type; }))
     return err;
-  if (mismatch("data types", [](const Request& q) { return std::string(dtype_name(q.dtype)); },
-               [&](const Request& q) { return q.dtype != q0.dtype; }))
+  if (mismatch(
+          "data types", [](const Request& q) { return std::string(dtype_name(q.dtype)); },
+          [&](const Request& q) { return q.dtype != q0.dtype; }))
     return err;
-  if (mismatch("devices (mixed CPU/GPU placement)", [](const Request& q) { return device_string(q.device); },
-               // Each rank may use its own GPU (cuda:0 here, cuda:1 there); what must agree is
-               // whether the tensor is in host or device memory.
-               [&](const Request& q) { return (q.device < 0) != (q0.device < 0); }))
+  if (mismatch(
+          "devices (mixed CPU/GPU placement)", [](const Request& q) { return device_string(q.device); },
+          // Each rank may use its own GPU (cuda:0 here, cuda:1 there); what must agree is
+          // whether the tensor is in host or device memory.
+          [&](const Request& q) { return (q.device < 0) != (q0.device < 0); }))
     return err;
 
   const bool dim0_free = q0.type == OpType::kAllgather || q0.type == OpType::kAlltoall;
   if (dim0_free) {
-    if (mismatch("shapes (all dimensions but the first must match)",
-                 [](const Request& q) { return shape_string(q.shape); },
-                 [&](const Request& q) {
-                   return q.shape.size() != q0.shape.size() || trailing_dims(q.shape) != trailing_dims(q0.shape);
-                 }))
+    if (mismatch(
+            "shapes (all dimensions but the first must match)", [](const Request& q) { return shape_string(q.shape); },
+            [&](const Request& q) {
+              return q.shape.size() != q0.shape.size() || trailing_dims(q.shape) != trailing_dims(q0.shape);
+            }))
       return err;
   } else if (q0.type != OpType::kBarrier) {
-    if (mismatch("shapes", [](const Request& q) { return shape_string(q.shape); },
-                 [&](const Request& q) { return q.shape != q0.shape; }))
+    if (mismatch(
+            "shapes", [](const Request& q) { return shape_string(q.shape); },
+            [&](const Request& q) { return q.shape != q0.shape; }))
       return err;
   }
-  if (q0.type == OpType::kBroadcast &&
-      mismatch("root ranks", [](const Request& q) { return std::to_string(q.root); },
-               [&](const Request& q) { return q.root != q0.root; }))
+  if (q0.type == OpType::kBroadcast && mismatch(
+                                           "root ranks", [](const Request& q) { return std::to_string(q.root); },
+                                           [&](const Request& q) { return q.root != q0.root; }))
     return err;
   if (q0.type == OpType::kAllreduce || q0.type == OpType::kReducescatter) {
-    if (mismatch("reduce ops", [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); },
-                 [&](const Request& q) { return q.reduce_op != q0.reduce_op; }))
+    if (mismatch(
+            "reduce ops", [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); },
+            [&](const Request& q) { return q.reduce_op != q0.reduce_op; }))
       return err;
-    if (mismatch("prescale factors", [](const Request& q) { return fmt_double(q.prescale); },
-                 [&](const Request& q) { return q.prescale != q0.prescale; }))
+    if (mismatch(
+            "prescale factors", [](const Request& q) { return fmt_double(q.prescale); },
+            [&](const Request& q) { return q.prescale != q0.prescale; }))
       return err;
-    if (mismatch("compression", [](const Request& q) { return std::string(q.compression == Compression::kFp16 ? "fp16" : "none"); },
-                 [&](const Request& q) { return q.compression != q0.compression; }))
+    if (mismatch(
+            "compression",
+            [](const Request& q) { return std::string(q.compression == Compression::kFp16 ? "fp16" : "none"); },
+            [&](const Request& q) { return q.compression != q0.compression; }))
       return err;
-    if (mismatch("postscale factors", [](const Request& q) { return fmt_double(q.postscale); },
-                 [&](const Request& q) { return q.postscale != q0.postscale; }))
+    if (mismatch(
+            "postscale factors", [](const Request& q) { return fmt_double(q.postscale); },
+            [&](const Request& q) { return q.postscale != q0.postscale; }))
       return err;
   }
   if (joined_count_ > 0 && q0.type != OpType::kAllreduce && q0.type != OpType::kBarrier) {

@@ -3,8 +3,8 @@
 // checks that the ranks agree, and turns a disagreement into an error response
 // for that name only. A grouped op's names (Request::group_id) are declared ready
 // together, once every member is ready on every rank; if one member fails the
-// agreement checks, the whole group fails with its message. Also the fusion of ready responses, which every rank applies
-// identically to the same list.
+// agreement checks, the whole group fails with its message. Also the fusion of ready responses, which every rank
+// applies identically to the same list.
 #pragma once
 
 #include <chrono>

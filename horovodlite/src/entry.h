@@ -15,8 +15,8 @@ namespace horovodlite {
 struct TensorEntry {
   Request request;
   TensorView input;
-  TensorView output;        // allreduce/broadcast: where the result goes
-  OutputAllocator allocate; // allgather/alltoall/reducescatter
+  TensorView output;            // allreduce/broadcast: where the result goes
+  OutputAllocator allocate;     // allgather/alltoall/reducescatter
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
   std::shared_ptr<ReadyEvent> ready;
   HandlePtr handle;

@@ -18,9 +18,9 @@ OpResult Executor::execute(const Response& r, const std::vector<TensorEntry*>& e
   }
   Algorithm* algorithm = registry_->choose(r);
   if (algorithm == nullptr) {
-    return OpResult{Status::Internal(std::string("no algorithm for ") + op_type_name(r.type) + " of '" + r.names[0] +
-                                     (placement_of(r) == Placement::kDevice ? "' on a device (a build without CUDA?)"
-                                                                            : "' on the host"))};
+    return OpResult{Status::Internal(
+        std::string("no algorithm for ") + op_type_name(r.type) + " of '" + r.names[0] +
+        (placement_of(r) == Placement::kDevice ? "' on a device (a build without CUDA?)" : "' on the host"))};
   }
   return algorithm->run(OpArgs{r, entries, observer_});
 }

@@ -16,8 +16,8 @@ Status Handle::wait() const {
 Status Handle::wait(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   if (!cv_.wait_for(lock, timeout, [this] { return done_; })) {
-    return Status::Timeout("operation '" + name_ + "' did not complete within " +
-                           std::to_string(timeout.count()) + " ms");
+    return Status::Timeout("operation '" + name_ + "' did not complete within " + std::to_string(timeout.count()) +
+                           " ms");
   }
   return status_;
 }

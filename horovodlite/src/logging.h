@@ -14,11 +14,11 @@ void log_write(LogLevel level, const std::string& message);
 
 }  // namespace horovodlite
 
-#define HVL_LOG(level, expr)                                                  \
-  do {                                                                        \
-    if (::horovodlite::log_enabled(::horovodlite::LogLevel::level)) {         \
-      std::ostringstream hvl_log_os_;                                         \
-      hvl_log_os_ << expr;                                                    \
+#define HVL_LOG(level, expr)                                                       \
+  do {                                                                             \
+    if (::horovodlite::log_enabled(::horovodlite::LogLevel::level)) {              \
+      std::ostringstream hvl_log_os_;                                              \
+      hvl_log_os_ << expr;                                                         \
       ::horovodlite::log_write(::horovodlite::LogLevel::level, hvl_log_os_.str()); \
-    }                                                                         \
+    }                                                                              \
   } while (0)

@@ -7,14 +7,22 @@ namespace horovodlite {
 
 const char* op_type_name(OpType t) {
   switch (t) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kAlltoall: return "alltoall";
-    case OpType::kReducescatter: return "reducescatter";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kJoin: return "join";
-    case OpType::kError: return "error";
+    case OpType::kAllreduce:
+      return "allreduce";
+    case OpType::kAllgather:
+      return "allgather";
+    case OpType::kBroadcast:
+      return "broadcast";
+    case OpType::kAlltoall:
+      return "alltoall";
+    case OpType::kReducescatter:
+      return "reducescatter";
+    case OpType::kBarrier:
+      return "barrier";
+    case OpType::kJoin:
+      return "join";
+    case OpType::kError:
+      return "error";
   }
   return "invalid-op-type";
 }
@@ -84,8 +92,9 @@ class Reader {
   Status str(std::string* s, size_t max_len, const char* what) {
     uint32_t n = 0;
     HVL_RETURN_IF_ERROR(pod(&n, what));
-    if (n > max_len) return Status::InvalidArgument(std::string("malformed message: ") + what + " length " +
-                                                    std::to_string(n) + " exceeds " + std::to_string(max_len));
+    if (n > max_len)
+      return Status::InvalidArgument(std::string("malformed message: ") + what + " length " + std::to_string(n) +
+                                     " exceeds " + std::to_string(max_len));
     if (remaining() < n) return truncated(what);
     s->assign(reinterpret_cast<const char*>(p_), n);
     p_ += n;
@@ -94,8 +103,9 @@ class Reader {
   Status i64s(std::vector<int64_t>* v, size_t max_count, const char* what) {
     uint32_t n = 0;
     HVL_RETURN_IF_ERROR(pod(&n, what));
-    if (n > max_count) return Status::InvalidArgument(std::string("malformed message: ") + what + " count " +
-                                                      std::to_string(n) + " exceeds " + std::to_string(max_count));
+    if (n > max_count)
+      return Status::InvalidArgument(std::string("malformed message: ") + what + " count " + std::to_string(n) +
+                                     " exceeds " + std::to_string(max_count));
     if (remaining() / sizeof(int64_t) < n) return truncated(what);
     v->resize(n);
     if (n) std::memcpy(v->data(), p_, n * sizeof(int64_t));

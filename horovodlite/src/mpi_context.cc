@@ -86,11 +86,13 @@ Status MpiContext::init(const MPI_Comm* user_comm) {
   }
   MPI_Query_thread(&thread_level_);
   if (thread_level_ < MPI_THREAD_SERIALIZED) {
-    HVL_LOG(kWarning, "MPI provides thread level " << thread_level_
-                      << " (< MPI_THREAD_SERIALIZED); horovodlite's background thread makes all its MPI calls, "
-                         "so the program must not call MPI concurrently. Initialise MPI with MPI_THREAD_MULTIPLE.");
+    HVL_LOG(kWarning, "MPI provides thread level "
+                          << thread_level_
+                          << " (< MPI_THREAD_SERIALIZED); horovodlite's background thread makes all its MPI calls, "
+                             "so the program must not call MPI concurrently. Initialise MPI with MPI_THREAD_MULTIPLE.");
   } else if (thread_level_ < MPI_THREAD_MULTIPLE) {
-    HVL_LOG(kInfo, "MPI did not provide MPI_THREAD_MULTIPLE; the program must not call MPI concurrently with horovodlite");
+    HVL_LOG(kInfo,
+            "MPI did not provide MPI_THREAD_MULTIPLE; the program must not call MPI concurrently with horovodlite");
   }
 
   MPI_Comm base = user_comm ? *user_comm : MPI_COMM_WORLD;
@@ -159,26 +161,40 @@ MpiContext::~MpiContext() { release(); }
 
 MPI_Datatype MpiContext::reduce_type(DataType dtype) const {
   switch (dtype) {
-    case DataType::kUInt8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kInt16: return MPI_INT16_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-    case DataType::kFloat16: return half_type_;
-    case DataType::kBFloat16: return bf16_type_;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
-    case DataType::kBool: return MPI_C_BOOL;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kInt16:
+      return MPI_INT16_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kFloat16:
+      return half_type_;
+    case DataType::kBFloat16:
+      return bf16_type_;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kBool:
+      return MPI_C_BOOL;
   }
   return MPI_DATATYPE_NULL;
 }
 
 MPI_Datatype MpiContext::move_type(DataType dtype) {
   switch (dtype_size(dtype)) {
-    case 1: return MPI_UINT8_T;
-    case 2: return MPI_UINT16_T;
-    case 4: return MPI_UINT32_T;
-    default: return MPI_UINT64_T;
+    case 1:
+      return MPI_UINT8_T;
+    case 2:
+      return MPI_UINT16_T;
+    case 4:
+      return MPI_UINT32_T;
+    default:
+      return MPI_UINT64_T;
   }
 }
 
@@ -186,20 +202,28 @@ MPI_Op MpiContext::reduce_op(ReduceOp op, DataType dtype) const {
   if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
     const int row = dtype == DataType::kFloat16 ? 0 : 1;
     switch (op) {
-      case ReduceOp::kMin: return half_ops_[row][1];
-      case ReduceOp::kMax: return half_ops_[row][2];
-      case ReduceOp::kProduct: return half_ops_[row][3];
-      default: return half_ops_[row][0];
+      case ReduceOp::kMin:
+        return half_ops_[row][1];
+      case ReduceOp::kMax:
+        return half_ops_[row][2];
+      case ReduceOp::kProduct:
+        return half_ops_[row][3];
+      default:
+        return half_ops_[row][0];
     }
   }
   if (dtype == DataType::kBool) {
     return (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? MPI_LAND : MPI_LOR;
   }
   switch (op) {
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kProduct: return MPI_PROD;
-    default: return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
+    default:
+      return MPI_SUM;
   }
 }
 

@@ -98,9 +98,9 @@ Status agree_across_ranks(MPI_Comm comm, const Status& local, const std::string&
 //   HVL_MPI_CHECK(MPI_Bcast(...));                    // "MPI_Bcast failed: <MPI's message>"
 //   HVL_MPI_CHECK_AS(MPI_Allreduce(...), "MPI_Allreduce (across nodes)");
 // CUDA and NCCL calls have the same pair in cuda/cuda_status.h.
-#define HVL_MPI_CHECK(call)                                                                  \
-  do {                                                                                       \
-    const int hvl_mpi_rc_ = (call);                                                          \
+#define HVL_MPI_CHECK(call)                                                                    \
+  do {                                                                                         \
+    const int hvl_mpi_rc_ = (call);                                                            \
     if (hvl_mpi_rc_ != MPI_SUCCESS) return ::horovodlite::mpi_call_status(hvl_mpi_rc_, #call); \
   } while (0)
 #define HVL_MPI_CHECK_AS(call, what) HVL_RETURN_IF_ERROR(::horovodlite::mpi_status((call), (what)))

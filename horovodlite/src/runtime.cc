@@ -52,13 +52,14 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
     int ok = ts.ok() ? 1 : 0;
     HVL_MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, rt->mpi_.comm()));
     if (!ok) {
-      return Status::InvalidArgument("HOROVODLITE_TIMELINE: " +
-                                     (ts.ok() ? "rank 0 cannot open '" + rt->config_.timeline_path + "'"
-                                              : ts.message()));
+      return Status::InvalidArgument(
+          "HOROVODLITE_TIMELINE: " +
+          (ts.ok() ? "rank 0 cannot open '" + rt->config_.timeline_path + "'" : ts.message()));
     }
   }
   rt->watchdog_ = std::make_unique<Watchdog>(
-      rt->config_.peer_timeout_s, [r = rt.get()](const std::string& step, double waited) { r->on_peer_timeout(step, waited); });
+      rt->config_.peer_timeout_s,
+      [r = rt.get()](const std::string& step, double waited) { r->on_peer_timeout(step, waited); });
   rt->global_->controller = rt->make_controller(*rt->global_);
   // Static process sets: collective over every rank, before the thread starts.
   for (const std::vector<int>& ranks : options.process_sets) {
@@ -217,9 +218,9 @@ uint64_t Runtime::next_serial(int32_t set_id, bool barrier) {
 Status Runtime::check_enqueue_locked(int32_t set_id, const std::string& name, ProcessSetState** out) {
   if (stopped_) {
     // Say why (a peer exited, a stall, the watchdog) when it was not a plain shutdown.
-    return Status::Aborted((stop_reason_.ok() ? std::string("horovodlite has been shut down")
-                                              : stop_reason_.message()) +
-                           "; cannot run '" + name + "'");
+    return Status::Aborted(
+        (stop_reason_.ok() ? std::string("horovodlite has been shut down") : stop_reason_.message()) +
+        "; cannot run '" + name + "'");
   }
   auto it = sets_.find(set_id);
   if (it == sets_.end()) {
@@ -389,8 +390,7 @@ std::string Runtime::shutdown_message(const std::vector<int>& requesters, const 
          rank_list(requesters) + ")";
 }
 
-bool Runtime::find_local(ProcessSetState& set, const std::string& name, Request* request,
-                         Clock::time_point* enqueued) {
+bool Runtime::find_local(ProcessSetState& set, const std::string& name, Request* request, Clock::time_point* enqueued) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = set.table.find(name);
   if (it == set.table.end()) return false;
@@ -412,8 +412,8 @@ void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point rea
   const bool needs_local = r.type == OpType::kAllgather || r.type == OpType::kBroadcast ||
                            r.type == OpType::kAlltoall || r.type == OpType::kReducescatter;
   if (needs_local && entries[0] == nullptr) {
-    result.status = Status::Internal("rank " + std::to_string(mpi_.rank()) + " has no tensor for '" + r.names[0] +
-                                     "'" + (set.id == 0 ? std::string() : " in " + set.describe()));
+    result.status = Status::Internal("rank " + std::to_string(mpi_.rank()) + " has no tensor for '" + r.names[0] + "'" +
+                                     (set.id == 0 ? std::string() : " in " + set.describe()));
     HVL_LOG(kError, result.status.message());
   } else if (r.type == OpType::kBarrier && entries[0] != nullptr && entries[0]->action) {
     // Adding or removing a process set: every rank runs it at this point of the
@@ -456,7 +456,8 @@ void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point rea
   if (r.type == OpType::kError) ++counters_.errors;
   if (r.type == OpType::kJoin && entries[0]) entries[0]->handle->set_last_joined_rank(r.last_joined_rank);
   const Status& s = result.status;
-  if (!s.ok() && r.type != OpType::kError) HVL_LOG(kWarning, "collective on '" << r.names[0] << "' failed: " << s.message());
+  if (!s.ok() && r.type != OpType::kError)
+    HVL_LOG(kWarning, "collective on '" << r.names[0] << "' failed: " << s.message());
 
   // Remove the entries before completing them, so that a waiter may reuse the name at once.
   std::vector<std::unique_ptr<TensorEntry>> done;
@@ -518,9 +519,8 @@ Status Runtime::register_set(std::vector<int> ranks, int32_t* id) {
   if (ranks.empty()) local = Status::InvalidArgument("a process set needs at least one rank");
   for (size_t i = 0; local.ok() && i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= n) {
-      local = Status::InvalidArgument("process set ranks [" + rank_list(ranks) + "]: rank " +
-                                      std::to_string(ranks[i]) + " is out of range (there are " + std::to_string(n) +
-                                      " ranks)");
+      local = Status::InvalidArgument("process set ranks [" + rank_list(ranks) + "]: rank " + std::to_string(ranks[i]) +
+                                      " is out of range (there are " + std::to_string(n) + " ranks)");
     } else if (i > 0 && ranks[i] == ranks[i - 1]) {
       local = Status::InvalidArgument("process set ranks [" + rank_list(ranks) + "] name rank " +
                                       std::to_string(ranks[i]) + " twice");
@@ -531,7 +531,9 @@ Status Runtime::register_set(std::vector<int> ranks, int32_t* id) {
   int64_t agree[3] = {h, -h, local.ok() ? 0 : 1};
   HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, agree, 3, MPI_INT64_T, MPI_MAX, mpi_.comm()));
   if (!local.ok()) return local;
-  if (agree[2] != 0) return Status::InvalidArgument("process set ranks [" + rank_list(ranks) + "]: invalid ranks were passed on another rank");
+  if (agree[2] != 0)
+    return Status::InvalidArgument("process set ranks [" + rank_list(ranks) +
+                                   "]: invalid ranks were passed on another rank");
   if (agree[0] != -agree[1]) {
     return Status::InvalidArgument("process set ranks differ between ranks (rank " + std::to_string(mpi_.rank()) +
                                    " passed [" + rank_list(ranks) + "]); every rank must pass the same ranks");

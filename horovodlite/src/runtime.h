@@ -29,13 +29,13 @@
 #include <vector>
 
 #include "controller.h"
-#include "process_set_state.h"
 #include "entry.h"
 #include "execution_observer.h"
 #include "executor.h"
 #include "horovodlite/config.h"
 #include "horovodlite/horovodlite.h"
 #include "mpi_context.h"
+#include "process_set_state.h"
 #include "timeline.h"
 #include "watchdog.h"
 

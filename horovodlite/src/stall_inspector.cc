@@ -70,8 +70,8 @@ StallInspector::Report StallInspector::check(const std::vector<Coordinator::Pend
       continue;
     }
     if (waited >= check_) {
-      warn << "\n  tensor '" << p.name << "': submitted by ranks [" << rank_list(p.ready_ranks)
-           << "], missing ranks [" << rank_list(p.missing_ranks) << "], waiting " << fmt_seconds(waited);
+      warn << "\n  tensor '" << p.name << "': submitted by ranks [" << rank_list(p.ready_ranks) << "], missing ranks ["
+           << rank_list(p.missing_ranks) << "], waiting " << fmt_seconds(waited);
       ++stalled;
     }
   }

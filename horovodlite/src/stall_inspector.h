@@ -37,8 +37,8 @@ class StallInspector {
   bool due(Clock::time_point now);
 
   struct Report {
-    std::string warning;              // empty: nothing to warn about now
-    std::vector<Response> failures;   // kError/kAborted responses for names past the shutdown time
+    std::string warning;             // empty: nothing to warn about now
+    std::vector<Response> failures;  // kError/kAborted responses for names past the shutdown time
   };
   // Rank 0. `local_since` gives the time rank 0 itself submitted a name (or
   // Clock::time_point::max() when it has not), so that names that waited in the

@@ -38,11 +38,21 @@ std::string Timeline::escape(const std::string& s) {
   out.reserve(s.size() + 2);
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -197,9 +207,8 @@ void Timeline::negotiate_end(const std::string& name, Clock::time_point t) {
   negotiating_.erase(it);
   const int pid = pid_for(name);
   const int64_t ts = micros(n.start);
-  push("{\"name\":\"NEGOTIATE_" + n.op + "\",\"ph\":\"X\",\"pid\":" + std::to_string(pid) +
-       ",\"tid\":0,\"ts\":" + std::to_string(ts) + ",\"dur\":" + std::to_string(std::max<int64_t>(micros(t) - ts, 0)) +
-       "},\n");
+  push("{\"name\":\"NEGOTIATE_" + n.op + "\",\"ph\":\"X\",\"pid\":" + std::to_string(pid) + ",\"tid\":0,\"ts\":" +
+       std::to_string(ts) + ",\"dur\":" + std::to_string(std::max<int64_t>(micros(t) - ts, 0)) + "},\n");
 }
 
 void Timeline::phase(const std::string& name, const std::string& phase, Clock::time_point start,
@@ -209,9 +218,8 @@ void Timeline::phase(const std::string& name, const std::string& phase, Clock::t
   if (fd_ < 0 || stopping_) return;
   const int pid = pid_for(name);
   const int64_t ts = micros(start);
-  push("{\"name\":\"" + escape(phase) + "\",\"ph\":\"X\",\"pid\":" + std::to_string(pid) +
-       ",\"tid\":0,\"ts\":" + std::to_string(ts) + ",\"dur\":" + std::to_string(std::max<int64_t>(micros(end) - ts, 0)) +
-       "},\n");
+  push("{\"name\":\"" + escape(phase) + "\",\"ph\":\"X\",\"pid\":" + std::to_string(pid) + ",\"tid\":0,\"ts\":" +
+       std::to_string(ts) + ",\"dur\":" + std::to_string(std::max<int64_t>(micros(end) - ts, 0)) + "},\n");
 }
 
 void Timeline::instant(const std::string& name, const std::string& what, const std::string& message,

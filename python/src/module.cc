@@ -3,10 +3,10 @@
 // policy (defaults, Horovod's op semantics, autograd) lives in Python; here we
 // only move tensors across, release the GIL while waiting, and turn adapter
 // exceptions into Horovod's Python exception types.
-#include <torch/csrc/utils/pybind.h>
-#include <torch/version.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
@@ -161,9 +161,8 @@ AllreduceOptions allreduce_options(int op, double prescale, double postscale, in
 
 // `output` (out of place only): the tensor to write the result into, e.g. a
 // buffer reused from step to step; otherwise a new tensor is allocated.
-PyHandle allreduce_async(const at::Tensor& tensor, const std::string& name, int op, double prescale,
-                         double postscale, bool in_place, bool fp16_wire,
-                         const std::optional<at::Tensor>& output, int process_set_id) {
+PyHandle allreduce_async(const at::Tensor& tensor, const std::string& name, int op, double prescale, double postscale,
+                         bool in_place, bool fp16_wire, const std::optional<at::Tensor>& output, int process_set_id) {
   AllreduceOptions options = allreduce_options(op, prescale, postscale, process_set_id);
   // fp16_wire: float32/float64 are converted to fp16 inside the core while being
   // packed for the wire (no fp16 copy of the tensor), and restored on the way out.
@@ -324,9 +323,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("add_process_set", &add_process_set, py::arg("ranks"));
   m.def("remove_process_set", &remove_process_set, py::arg("process_set_id"));
   m.def("process_set_ids", &process_set_ids);
-  m.def("process_set_ranks", [](int id) { return ProcessSet(id).ranks(); }, py::arg("process_set_id"));
-  m.def("process_set_rank", [](int id) { return ProcessSet(id).rank(); }, py::arg("process_set_id"));
-  m.def("process_set_size", [](int id) { return ProcessSet(id).size(); }, py::arg("process_set_id"));
+  m.def(
+      "process_set_ranks", [](int id) { return ProcessSet(id).ranks(); }, py::arg("process_set_id"));
+  m.def(
+      "process_set_rank", [](int id) { return ProcessSet(id).rank(); }, py::arg("process_set_id"));
+  m.def(
+      "process_set_size", [](int id) { return ProcessSet(id).size(); }, py::arg("process_set_id"));
   m.def("shutdown", &hvt::shutdown, py::call_guard<py::gil_scoped_release>());
   m.def("is_initialized", &hvt::is_initialized);
   m.def("rank", &hvt::rank);
@@ -352,9 +354,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("stop_timeline", &stop_timeline, py::call_guard<py::gil_scoped_release>());
   m.attr("version") = HVL_VERSION_STRING;
   m.def("build_info", &build_info);
-  m.def("mpi_thread_level_name", []() {
-    return std::string(horovodlite::mpi_thread_level_name(horovodlite::mpi_thread_level()));
-  });
+  m.def("mpi_thread_level_name",
+        []() { return std::string(horovodlite::mpi_thread_level_name(horovodlite::mpi_thread_level())); });
 
   // Reduce op values, as in horovod.common.basics (Average/Sum/Adasum) plus Min/Max/Product.
   m.attr("AVERAGE") = static_cast<int>(ReduceOp::kAverage);
@@ -374,34 +375,44 @@ PYBIND11_MODULE(_C, m) {
 
   // ---- collectives; each returns a Handle at once ----
   m.def("allreduce_async", &allreduce_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
-        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"),
-        py::arg("fp16_wire") = false, py::arg("output") = py::none(), py::arg("process_set_id") = 0);
-  m.def("allgather_async", [](const at::Tensor& t, const std::string& name, int process_set_id) {
-    return PyHandle(hvt::allgather_async(t, name, ProcessSet(process_set_id)));
-  }, py::arg("tensor"), py::arg("name"), py::arg("process_set_id") = 0);
+        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"), py::arg("fp16_wire") = false,
+        py::arg("output") = py::none(), py::arg("process_set_id") = 0);
+  m.def(
+      "allgather_async",
+      [](const at::Tensor& t, const std::string& name, int process_set_id) {
+        return PyHandle(hvt::allgather_async(t, name, ProcessSet(process_set_id)));
+      },
+      py::arg("tensor"), py::arg("name"), py::arg("process_set_id") = 0);
   m.def("broadcast_async", &broadcast_async, py::arg("tensor"), py::arg("root_rank"), py::arg("name"),
         py::arg("in_place"), py::arg("process_set_id") = 0);
-  m.def("alltoall_async", [](const at::Tensor& t, const std::vector<int64_t>& splits, const std::string& name,
-                             int process_set_id) {
-    return PyHandle(hvt::alltoall_async(t, splits, name, ProcessSet(process_set_id)));
-  }, py::arg("tensor"), py::arg("splits"), py::arg("name"), py::arg("process_set_id") = 0);
+  m.def(
+      "alltoall_async",
+      [](const at::Tensor& t, const std::vector<int64_t>& splits, const std::string& name, int process_set_id) {
+        return PyHandle(hvt::alltoall_async(t, splits, name, ProcessSet(process_set_id)));
+      },
+      py::arg("tensor"), py::arg("splits"), py::arg("name"), py::arg("process_set_id") = 0);
   m.def("reducescatter_async", &reducescatter_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
         py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("process_set_id") = 0);
   m.def("grouped_allreduce_async", &grouped_allreduce_async, py::arg("tensors"), py::arg("names"), py::arg("op"),
         py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"), py::arg("process_set_id") = 0);
-  m.def("grouped_allgather_async", [](const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names,
-                                      int process_set_id) {
-    return to_py(hvt::grouped_allgather_async(tensors, names, ProcessSet(process_set_id)));
-  }, py::arg("tensors"), py::arg("names"), py::arg("process_set_id") = 0);
+  m.def(
+      "grouped_allgather_async",
+      [](const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names, int process_set_id) {
+        return to_py(hvt::grouped_allgather_async(tensors, names, ProcessSet(process_set_id)));
+      },
+      py::arg("tensors"), py::arg("names"), py::arg("process_set_id") = 0);
   m.def("grouped_reducescatter_async", &grouped_reducescatter_async, py::arg("tensors"), py::arg("names"),
         py::arg("op"), py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("process_set_id") = 0);
   m.def("join_async", []() { return PyHandle(hvt::join_async()); });
   // A barrier waits as every Python wait does: interruptible (signals checked every ~100 ms).
-  m.def("barrier", [](int process_set_id) {
-    horovodlite::BarrierOptions options;
-    options.process_set = ProcessSet(process_set_id);
-    PyHandle(hvt::AsyncHandle(horovodlite::barrier_async(options), nullptr)).synchronize();
-  }, py::arg("process_set_id") = 0);
+  m.def(
+      "barrier",
+      [](int process_set_id) {
+        horovodlite::BarrierOptions options;
+        options.process_set = ProcessSet(process_set_id);
+        PyHandle(hvt::AsyncHandle(horovodlite::barrier_async(options), nullptr)).synchronize();
+      },
+      py::arg("process_set_id") = 0);
   m.def("abort_job_if_failed", &horovodlite::abort_job_if_failed);
   // Python's exit handlers run before MPI is finalized (by horovodlite's C
   // at-exit handler, or by mpi4py's Py_AtExit one): after a failure that left the

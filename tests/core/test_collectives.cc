@@ -26,11 +26,20 @@ double expected(DataType d, ReduceOp op, int size, int64_t i) {
     double v = value(d, op, r, i);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAverage: acc = d == DataType::kBool ? (acc || v) : acc + v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kProduct: acc = d == DataType::kBool ? (acc && v) : acc * v; break;
-      default: break;
+      case ReduceOp::kAverage:
+        acc = d == DataType::kBool ? (acc || v) : acc + v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kProduct:
+        acc = d == DataType::kBool ? (acc && v) : acc * v;
+        break;
+      default:
+        break;
     }
   }
   if (op == ReduceOp::kAverage) {
@@ -126,9 +135,8 @@ TEST_P(AllreduceAllDtypes, BroadcastFromEveryRoot) {
     for (int64_t n : kCounts) {
       Buffer t(d, {n});
       for (int64_t i = 0; i < n; ++i) t.set(i, (rank * 3 + i) % 17);
-      auto h = broadcast_async("bc." + std::string(dtype_name(d)) + "." + std::to_string(root) + "." +
-                                   std::to_string(n),
-                               t.view(), root);
+      auto h = broadcast_async(
+          "bc." + std::string(dtype_name(d)) + "." + std::to_string(root) + "." + std::to_string(n), t.view(), root);
       HVL_ASSERT_OK(h->wait());
       for (int64_t i = 0; i < n; ++i) {
         Buffer ref(d, {1});
@@ -298,8 +306,8 @@ TEST(Compression, Fp16AllreduceIsCloseForFloat32AndFloat64) {
       for (int64_t i = 0; i < n; ++i) bufs.back()->set(i, 0.01 * (i % 97) + 0.5 * rank);
       AllreduceOptions o;
       o.compression = Compression::kFp16;
-      hs.push_back(allreduce_async("fp16." + std::string(dtype_name(d)) + "." + std::to_string(n),
-                                   bufs.back()->view(), bufs.back()->view(), o));
+      hs.push_back(allreduce_async("fp16." + std::string(dtype_name(d)) + "." + std::to_string(n), bufs.back()->view(),
+                                   bufs.back()->view(), o));
     }
     for (size_t k = 0; k < hs.size(); ++k) {
       HVL_ASSERT_OK(hs[k]->wait());

@@ -21,8 +21,7 @@ std::vector<float> ramp(size_t n, int salt = 0) {
 
 void check_sum(const std::vector<float>& v, int salt = 0) {
   const int size = horovodlite::size();
-  for (size_t i = 0; i < v.size(); ++i)
-    ASSERT_FLOAT_EQ(v[i], size * (size - 1) / 2.0f + size * float(i + salt)) << i;
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_FLOAT_EQ(v[i], size * (size - 1) / 2.0f + size * float(i + salt)) << i;
 }
 
 // Lets the background threads of every rank run several full negotiation cycles
@@ -61,7 +60,7 @@ TEST(Groups, WithheldMemberHoldsTheWholeGroup) {
     // Round 0 and 1: members enqueued in parts; round 2: the non-holders enqueue
     // the whole group at once (cache path), the holder in parts.
     for (int k = 0; k < n; ++k) {
-      const int i = (k + rank) % n;  // a different order on every rank
+      const int i = (k + rank) % n;                                             // a different order on every rank
       const bool now = !(holder && i == withheld) && !(round == 2 && !holder);  // else later, or whole below
       if (!(holder && i == withheld)) data[i] = ramp(5 + i, round);
       if (now) {

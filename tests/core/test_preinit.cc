@@ -6,12 +6,12 @@
 
 #include "horovodlite/horovodlite.h"
 
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       std::fprintf(stderr, "FAILED: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      return 1;                                                              \
-    }                                                                        \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 int main(int argc, char** argv) {

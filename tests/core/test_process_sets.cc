@@ -53,7 +53,8 @@ class SetOps {
     for (int i = 0; i < 2 * (r + 1); ++i) gather_in_->set(i, me_);
     AllgatherOptions ag;
     ag.process_set = set_;
-    h_.push_back(allgather_async("ps.allgather", gather_in_->view(), allocate_into(&gather_out_, DataType::kInt32), ag));
+    h_.push_back(
+        allgather_async("ps.allgather", gather_in_->view(), allocate_into(&gather_out_, DataType::kInt32), ag));
     // broadcast from the set's last member (a global rank)
     for (int i = 0; i < kN; ++i) bc_.set(i, me_ == ranks_.back() ? 1000 + i : -1);
     BroadcastOptions bo;
@@ -72,7 +73,8 @@ class SetOps {
     ReducescatterOptions ro;
     ro.op = ReduceOp::kSum;
     ro.process_set = set_;
-    h_.push_back(reducescatter_async("ps.reducescatter", rs_in_->view(), allocate_into(&rs_out_, DataType::kFloat64), ro));
+    h_.push_back(
+        reducescatter_async("ps.reducescatter", rs_in_->view(), allocate_into(&rs_out_, DataType::kFloat64), ro));
     BarrierOptions bo2;
     bo2.process_set = set_;
     h_.push_back(barrier_async(bo2));

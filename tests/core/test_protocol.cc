@@ -409,8 +409,8 @@ TEST(LocalErrors, OutputAllocationFailingOnOneRankFailsEveryRankWithoutHanging) 
     EXPECT_FALSE(s.ok()) << h->name();
     if (rank == 1) {
       EXPECT_NE(s.message().find("on purpose"), std::string::npos) << s.message();
-    }
-    else EXPECT_NE(s.message().find("failed on another rank"), std::string::npos) << s.message();
+    } else
+      EXPECT_NE(s.message().find("failed on another rank"), std::string::npos) << s.message();
   }
   auto w = ramp(3);  // still working
   HVL_ASSERT_OK(sum_async("alloc.after", w)->wait());

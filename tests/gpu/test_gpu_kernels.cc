@@ -45,16 +45,36 @@ std::vector<uint8_t> random_values(DataType dtype, int64_t n, uint32_t seed) {
     const double v = u(rng);
     void* p = out.data() + i * dtype_size(dtype);
     switch (dtype) {
-      case DataType::kUInt8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(rng()); break;
-      case DataType::kInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(rng()); break;
-      case DataType::kInt16: *static_cast<int16_t*>(p) = static_cast<int16_t>(rng()); break;
-      case DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(rng()); break;
-      case DataType::kInt64: *static_cast<int64_t*>(p) = (static_cast<int64_t>(rng()) << 32) | rng(); break;
-      case DataType::kFloat16: *static_cast<uint16_t*>(p) = kernels::float_to_half(static_cast<float>(v)); break;
-      case DataType::kBFloat16: *static_cast<uint16_t*>(p) = kernels::float_to_bfloat16(static_cast<float>(v)); break;
-      case DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
-      case DataType::kFloat64: *static_cast<double*>(p) = v; break;
-      case DataType::kBool: *static_cast<uint8_t*>(p) = rng() & 1; break;
+      case DataType::kUInt8:
+        *static_cast<uint8_t*>(p) = static_cast<uint8_t>(rng());
+        break;
+      case DataType::kInt8:
+        *static_cast<int8_t*>(p) = static_cast<int8_t>(rng());
+        break;
+      case DataType::kInt16:
+        *static_cast<int16_t*>(p) = static_cast<int16_t>(rng());
+        break;
+      case DataType::kInt32:
+        *static_cast<int32_t*>(p) = static_cast<int32_t>(rng());
+        break;
+      case DataType::kInt64:
+        *static_cast<int64_t*>(p) = (static_cast<int64_t>(rng()) << 32) | rng();
+        break;
+      case DataType::kFloat16:
+        *static_cast<uint16_t*>(p) = kernels::float_to_half(static_cast<float>(v));
+        break;
+      case DataType::kBFloat16:
+        *static_cast<uint16_t*>(p) = kernels::float_to_bfloat16(static_cast<float>(v));
+        break;
+      case DataType::kFloat32:
+        *static_cast<float*>(p) = static_cast<float>(v);
+        break;
+      case DataType::kFloat64:
+        *static_cast<double*>(p) = v;
+        break;
+      case DataType::kBool:
+        *static_cast<uint8_t*>(p) = rng() & 1;
+        break;
     }
   }
   return out;
@@ -105,10 +125,14 @@ TEST_P(BatchedScaleCopy, MatchesHostKernel) {
       double a, b;
       auto val = [&](const uint8_t* p) {
         switch (dtype) {
-          case DataType::kFloat16: return static_cast<double>(kernels::half_to_float(*reinterpret_cast<const uint16_t*>(p)));
-          case DataType::kBFloat16: return static_cast<double>(kernels::bfloat16_to_float(*reinterpret_cast<const uint16_t*>(p)));
-          case DataType::kFloat32: return static_cast<double>(*reinterpret_cast<const float*>(p));
-          default: return *reinterpret_cast<const double*>(p);
+          case DataType::kFloat16:
+            return static_cast<double>(kernels::half_to_float(*reinterpret_cast<const uint16_t*>(p)));
+          case DataType::kBFloat16:
+            return static_cast<double>(kernels::bfloat16_to_float(*reinterpret_cast<const uint16_t*>(p)));
+          case DataType::kFloat32:
+            return static_cast<double>(*reinterpret_cast<const float*>(p));
+          default:
+            return *reinterpret_cast<const double*>(p);
         }
       };
       a = val(got.data() + i * elem);
@@ -140,16 +164,20 @@ TEST(Fp16Cast, RoundTripWithScalingMatchesHost) {
     std::vector<uint8_t> scaled(n * elem);
     kernels::scale_copy(scaled.data(), src.data(), n, dtype, 0.5);
     std::vector<uint16_t> expect_half(n);
-    if (dtype == DataType::kFloat32) kernels::float_to_half_n(expect_half.data(), reinterpret_cast<float*>(scaled.data()), n);
-    else kernels::double_to_half_n(expect_half.data(), reinterpret_cast<double*>(scaled.data()), n);
+    if (dtype == DataType::kFloat32)
+      kernels::float_to_half_n(expect_half.data(), reinterpret_cast<float*>(scaled.data()), n);
+    else
+      kernels::double_to_half_n(expect_half.data(), reinterpret_cast<double*>(scaled.data()), n);
     ASSERT_EQ(0, std::memcmp(half.data(), expect_half.data(), n * 2)) << dtype_name(dtype);
 
     cuda::CopyTask from{dout.get(), dhalf.get(), n};
     ASSERT_EQ(cuda::batched_from_half(&from, 1, dtype, 4.0, nullptr), cudaSuccess);
     std::vector<uint8_t> out(n * elem), expect(n * elem);
     ASSERT_EQ(cudaMemcpy(out.data(), dout.get(), n * elem, cudaMemcpyDeviceToHost), cudaSuccess);
-    if (dtype == DataType::kFloat32) kernels::half_to_float_n(reinterpret_cast<float*>(expect.data()), expect_half.data(), n);
-    else kernels::half_to_double_n(reinterpret_cast<double*>(expect.data()), expect_half.data(), n);
+    if (dtype == DataType::kFloat32)
+      kernels::half_to_float_n(reinterpret_cast<float*>(expect.data()), expect_half.data(), n);
+    else
+      kernels::half_to_double_n(reinterpret_cast<double*>(expect.data()), expect_half.data(), n);
     kernels::scale(expect.data(), n, dtype, 4.0);
     ASSERT_EQ(0, std::memcmp(out.data(), expect.data(), n * elem)) << dtype_name(dtype);
   }

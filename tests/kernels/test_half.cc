@@ -35,16 +35,16 @@ TEST(Half, SpecialValues) {
   EXPECT_EQ(float_to_half(-INFINITY), 0xfc00);
   EXPECT_TRUE(half_is_nan(float_to_half(NAN)));
   EXPECT_TRUE(half_is_nan(float_to_half(-NAN)));
-  EXPECT_TRUE(half_is_nan(float_to_half(bitsf(0x7f800001u))));  // signalling NaN with a low payload stays NaN
+  EXPECT_TRUE(half_is_nan(float_to_half(bitsf(0x7f800001u))));    // signalling NaN with a low payload stays NaN
   EXPECT_EQ(float_to_half(bitsf(0x7f800001u)) & 0x200u, 0x200u);  // and is quiet
   // Subnormals: 2^-24 is the smallest, 2^-25 ties to zero, just above rounds up.
   EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);
   EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);
   EXPECT_EQ(float_to_half(-std::ldexp(1.0f, -25)), 0x8000);
   EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25) * 1.0001f), 0x0001);
-  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 ulp ties to even (2)
+  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002);     // 1.5 ulp ties to even (2)
   EXPECT_EQ(float_to_half(std::ldexp(1023.0f, -24)), 0x03ff);  // largest subnormal
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
   EXPECT_EQ(float_to_half(1e-30f), 0x0000);
   // Ties to even among normals.
   EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
@@ -103,7 +103,7 @@ TEST(Half, FloatToHalfVectorMatchesScalarOnRandomBits) {
   detail::scalar_float_to_half_n(a.data(), src.data() + 3, n);  // unaligned source
   float_to_half_n(b.data(), src.data() + 3, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], b[i]) << std::hex << fbits(src[i + 3]);
-  // The scalar conversion agrees with the hardware's where there is one.
+    // The scalar conversion agrees with the hardware's where there is one.
 #if HVL_KERNELS_X86
   if (cpu_has_avx2_f16c()) {
     detail::avx2_float_to_half_n(b.data(), src.data() + 3, n);
@@ -116,9 +116,21 @@ TEST(Half, DoubleToHalfRoundsOnce) {
   // 1 + 2^-11 + 2^-40: via float it would become the tie 1 + 2^-11 and round to 1.0;
   // rounded once it is above the tie and must round up.
   const double tricky = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
-  std::vector<double> src = {tricky, -tricky, 65504.0, 65519.99, 65520.0, 1e300, -1e300, -0.0,
-                             std::ldexp(1.0, -24), std::ldexp(1.0, -25), std::ldexp(1.0, -25) + std::ldexp(1.0, -60),
-                             1e-300, std::numeric_limits<double>::quiet_NaN(), INFINITY, 3.4028235677973366e38,
+  std::vector<double> src = {tricky,
+                             -tricky,
+                             65504.0,
+                             65519.99,
+                             65520.0,
+                             1e300,
+                             -1e300,
+                             -0.0,
+                             std::ldexp(1.0, -24),
+                             std::ldexp(1.0, -25),
+                             std::ldexp(1.0, -25) + std::ldexp(1.0, -60),
+                             1e-300,
+                             std::numeric_limits<double>::quiet_NaN(),
+                             INFINITY,
+                             3.4028235677973366e38,
                              std::ldexp(1.0, -14) - std::ldexp(1.0, -40)};
   const uint16_t expect[] = {0x3c01, 0xbc01, 0x7bff, 0x7bff, 0x7c00, 0x7c00, 0xfc00, 0x8000,
                              0x0001, 0x0000, 0x0001, 0x0000, 0x7e00, 0x7c00, 0x7c00, 0x0400};
@@ -175,8 +187,8 @@ TEST(BFloat16, SpecialValuesAndTies) {
   EXPECT_EQ(float_to_bfloat16(bitsf(0x7f7fffffu)), 0x7f80);  // FLT_MAX rounds to inf
   EXPECT_EQ(float_to_bfloat16(INFINITY), 0x7f80);
   EXPECT_EQ(float_to_bfloat16(-INFINITY), 0xff80);
-  EXPECT_EQ(float_to_bfloat16(bitsf(0x00000001u)), 0x0000);  // tiny denormal rounds to zero
-  EXPECT_EQ(float_to_bfloat16(bitsf(0x00018000u)), 0x0002);  // denormals keep their bits
+  EXPECT_EQ(float_to_bfloat16(bitsf(0x00000001u)), 0x0000);    // tiny denormal rounds to zero
+  EXPECT_EQ(float_to_bfloat16(bitsf(0x00018000u)), 0x0002);    // denormals keep their bits
   const uint16_t nan = float_to_bfloat16(bitsf(0x7f800001u));  // sNaN whose payload would be truncated away
   EXPECT_TRUE((nan & 0x7fffu) > 0x7f80u);
   EXPECT_EQ(bfloat16_to_float(0x3f80), 1.0f);

@@ -95,9 +95,8 @@ TEST(Reduce, OutOfPlaceMatchesInPlace) {
             std::memset(db.data(), 0x77, count * es);
             std::memset(db.end_guard(count), kGuard, 16);
             kernels[k](db.data(), ab.data(), bb.data(), count, t, op);
-            const std::string what = "kernel " + std::to_string(k) + " dtype=" + dtype_name(t) +
-                                     " op=" + op_label(op) + " count=" + std::to_string(count) +
-                                     " skew=" + std::to_string(skew);
+            const std::string what = "kernel " + std::to_string(k) + " dtype=" + dtype_name(t) + " op=" + op_label(op) +
+                                     " count=" + std::to_string(count) + " skew=" + std::to_string(skew);
             EXPECT_EQ(first_mismatch(db.data(), expected.data(), count, t), -1) << what;
             for (int g = 0; g < 16; ++g) ASSERT_EQ(db.end_guard(count)[g], kGuard) << what << " wrote past the end";
             EXPECT_EQ(std::memcmp(ab.data(), a.data(), count * es), 0) << what << " modified a";
@@ -146,8 +145,8 @@ TEST(ReduceInto, IntegerSemantics) {
                            DataType::kInt64, ReduceOp::kProduct);
   EXPECT_EQ(big[0], 0);  // 2^81 wraps to 0
   EXPECT_EQ(big[1], -45);
-  auto mx64 = reduce_values(repeat<int64_t>({-1, std::numeric_limits<int64_t>::min()}),
-                            repeat<int64_t>({-2, 7}), DataType::kInt64, ReduceOp::kMax);
+  auto mx64 = reduce_values(repeat<int64_t>({-1, std::numeric_limits<int64_t>::min()}), repeat<int64_t>({-2, 7}),
+                            DataType::kInt64, ReduceOp::kMax);
   EXPECT_EQ(mx64[0], -1);
   EXPECT_EQ(mx64[1], 7);
 }
@@ -195,7 +194,7 @@ TEST(ReduceInto, HalfAndBfloat16Semantics) {
                          DataType::kFloat16, ReduceOp::kSum);
   for (size_t i = 0; i + 3 <= h.size(); i += 3) {
     EXPECT_EQ(h[i], three);
-    EXPECT_EQ(h[i + 1], inf);  // 65504 + 65504 overflows to inf
+    EXPECT_EQ(h[i + 1], inf);     // 65504 + 65504 overflows to inf
     EXPECT_EQ(h[i + 2], 0x4500);  // 5.0
   }
   auto hp = reduce_values(repeat<uint16_t>({two}), repeat<uint16_t>({three}), DataType::kFloat16, ReduceOp::kProduct);

@@ -74,9 +74,9 @@ TEST(WireKernels, VectorMatchesScalarAndScalarMatchesDefinition) {
         const int out_kind = mode >> 1;
         for (int64_t n : kCounts) {
           for (int skew : {0, 1, 3}) {
-            const std::string what = std::string(dtype_name(t)) + "/" + op_label(op) + " n=" +
-                                     std::to_string(n) + " skew=" + std::to_string(skew) +
-                                     " round=" + std::to_string(round) + " out=" + std::to_string(out_kind);
+            const std::string what = std::string(dtype_name(t)) + "/" + op_label(op) + " n=" + std::to_string(n) +
+                                     " skew=" + std::to_string(skew) + " round=" + std::to_string(round) +
+                                     " out=" + std::to_string(out_kind);
             SkewedBuffer dv(n, es, skew), ds(n, es, skew), dr(n, es, 0);
             fill_random(dv.data(), n, t, rng);
             std::memcpy(ds.data(), dv.data(), n * es);

@@ -19,9 +19,7 @@ using namespace horovodlite;
 
 namespace {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 void fail(const std::string& mode) {
   std::fprintf(stderr, "FAILING_AT %.3f rank %d mode %s\n", unix_now(), rank(), mode.c_str());
@@ -29,7 +27,7 @@ void fail(const std::string& mode) {
   if (mode == "kill9") raise(SIGKILL);
   if (mode == "abort") std::abort();
   if (mode == "_exit0") _exit(0);
-  if (mode == "exit0") std::exit(0);  // without shutdown(): the at-exit path
+  if (mode == "exit0") std::exit(0);   // without shutdown(): the at-exit path
   if (mode == "hang") raise(SIGSTOP);  // alive but silent: only the watchdog notices
 }
 

@@ -21,9 +21,7 @@ using namespace horovodlite;
 
 namespace {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 Status sum(const std::string& name, std::vector<float>& v) {
   TensorView t{v.data(), DataType::kFloat32, {static_cast<int64_t>(v.size())}};

@@ -17,9 +17,7 @@ namespace hvd = horovodlite::torch;
 
 namespace {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -41,7 +39,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "throw") {
     hvd::allreduce(t, "grad.stalled");  // std::terminate prints the exception's message
-    return 5;  // cannot happen: the last rank never submits it
+    return 5;                           // cannot happen: the last rank never submits it
   }
   try {
     hvd::allreduce(t, "grad.stalled");

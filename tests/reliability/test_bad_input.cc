@@ -78,8 +78,9 @@ TEST(BadInput, BeyondIntMaxElementsPerRankIsAClearErrorWhereMpiCountsAreInts) {
   const int64_t beyond = int64_t(INT_MAX) + 2;
   const int size = horovodlite::size();
   // alltoall: checked locally.
-  expect_error(alltoall_async("big.alltoall", huge_view(small, beyond * size), {}, allocate_into(&out, DataType::kUInt8)),
-               StatusCode::kInvalidArgument, "2^31-1");
+  expect_error(
+      alltoall_async("big.alltoall", huge_view(small, beyond * size), {}, allocate_into(&out, DataType::kUInt8)),
+      StatusCode::kInvalidArgument, "2^31-1");
   // allgather and reducescatter: every rank gets the same error from execution,
   // before any data is read or any output allocated.
   expect_error(allgather_async("big.allgather", huge_view(small, beyond), allocate_into(&out, DataType::kUInt8)),
@@ -118,7 +119,8 @@ TEST(BadInput, EmptyAndZeroDimensionalTensorsForEveryOp) {
   for (int r = 0; r < size; ++r) rows += r % 2 ? 0 : 2;
   EXPECT_EQ(out->shape(), (Shape{rows, 5}));
 
-  auto h = alltoall_async("empty.alltoall", empty2d, std::vector<int64_t>(size, 0), allocate_into(&out, DataType::kFloat32));
+  auto h =
+      alltoall_async("empty.alltoall", empty2d, std::vector<int64_t>(size, 0), allocate_into(&out, DataType::kFloat32));
   HVL_ASSERT_OK(h->wait());
   EXPECT_EQ(out->shape(), (Shape{0, 5}));
   EXPECT_EQ(h->received_splits(), std::vector<int64_t>(size, 0));
@@ -135,7 +137,8 @@ TEST(BadInput, EmptyAndZeroDimensionalTensorsForEveryOp) {
   HVL_ASSERT_OK(broadcast_async("scalar.broadcast", TensorView{&y, DataType::kFloat32, {}}, size - 1)->wait());
   EXPECT_EQ(y, static_cast<float>(size - 1));
   HVL_ASSERT_OK(allgather_async("scalar.allgather", TensorView{&y, DataType::kFloat32, {}},
-                                allocate_into(&out, DataType::kFloat32))->wait());
+                                allocate_into(&out, DataType::kFloat32))
+                    ->wait());
   EXPECT_EQ(out->shape(), Shape{size});
 }
 

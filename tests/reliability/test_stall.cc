@@ -113,8 +113,8 @@ TEST(Stall, DisabledInspectorDoesNotWarn) {
 
 TEST(Stall, ShutdownTimeFailsTheOpOnEveryRankAndShutsDown) {
   if (horovodlite::size() < 2) GTEST_SKIP() << "needs two ranks";
-  HVL_ASSERT_OK(restart_with({{"HOROVODLITE_STALL_CHECK_TIME_SECONDS", "1"},
-                              {"HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS", "2"}}));
+  HVL_ASSERT_OK(
+      restart_with({{"HOROVODLITE_STALL_CHECK_TIME_SECONDS", "1"}, {"HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS", "2"}}));
   const int rank = horovodlite::rank();
   auto v = ones(4);
   // The laggard is stuck on another name that nobody else submits.
@@ -134,8 +134,8 @@ TEST(Stall, ShutdownTimeFailsTheOpOnEveryRankAndShutsDown) {
   EXPECT_NE(after.message().find("shut down after a stall"), std::string::npos) << after.message();
   EXPECT_NE(after.message().find("stall."), std::string::npos) << after.message();
   // shutdown() + init() work again.
-  HVL_ASSERT_OK(restart_with({{"HOROVODLITE_STALL_CHECK_TIME_SECONDS", ""},
-                              {"HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS", ""}}));
+  HVL_ASSERT_OK(
+      restart_with({{"HOROVODLITE_STALL_CHECK_TIME_SECONDS", ""}, {"HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS", ""}}));
   auto w = ones(4);
   HVL_ASSERT_OK(sum_async("stall.recovered", w)->wait());
   EXPECT_EQ(w[0], static_cast<float>(horovodlite::size()));

@@ -10,9 +10,7 @@ using namespace hvl_test;
 
 namespace {
 
-std::string temp_path(const std::string& stem) {
-  return "/tmp/hvl_" + stem + "_" + std::to_string(getpid()) + ".json";
-}
+std::string temp_path(const std::string& stem) { return "/tmp/hvl_" + stem + "_" + std::to_string(getpid()) + ".json"; }
 
 // A few ops of every kind under fixed names, twice (negotiated, then cached).
 void run_some_ops() {

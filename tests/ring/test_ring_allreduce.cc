@@ -28,11 +28,11 @@ using kernels::half_to_float;
 using ring_test::world;
 
 std::string label(DataType t, ReduceOp op, int64_t count, int64_t seg) {
-  static const char* kTypes[] = {"uint8", "int8", "int16", "int32", "int64",
+  static const char* kTypes[] = {"uint8",   "int8",     "int16",   "int32",   "int64",
                                  "float16", "bfloat16", "float32", "float64", "bool"};
   static const char* kOps[] = {"average", "sum", "min", "max", "product"};
-  return std::string(kTypes[static_cast<int>(t)]) + "/" + kOps[static_cast<int>(op)] + " count=" +
-         std::to_string(count) + " segment_bytes=" + std::to_string(seg);
+  return std::string(kTypes[static_cast<int>(t)]) + "/" + kOps[static_cast<int>(op)] +
+         " count=" + std::to_string(count) + " segment_bytes=" + std::to_string(seg);
 }
 
 // Per-rank inputs. Integers: small values so that sums and products of up to
@@ -209,8 +209,8 @@ void check_case(RingAllreduce& ring, DataType t, ReduceOp op, int64_t count) {
   const Status s = ring.run(count ? buf.data() : nullptr, count, t, op);
   ASSERT_TRUE(s.ok()) << what << ": " << s.message();
   EXPECT_EQ(buf.back(), 0x5a) << what << ": wrote past the end";
-  const bool is_float = t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
-                        t == DataType::kFloat64;
+  const bool is_float =
+      t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64;
   if (!is_float) {
     const uint8_t* exp = ref.raw.data();
     int64_t first_bad = -1;
@@ -223,8 +223,8 @@ void check_case(RingAllreduce& ring, DataType t, ReduceOp op, int64_t count) {
   // Reduction order differs from MPI's: float32/64 sums and products get a
   // tolerance (inputs are in [-1, 1], so size * eps bounds the error); min,
   // max and the exact 16-bit cases must match exactly.
-  const bool exact = op == ReduceOp::kMin || op == ReduceOp::kMax || t == DataType::kFloat16 ||
-                     t == DataType::kBFloat16;
+  const bool exact =
+      op == ReduceOp::kMin || op == ReduceOp::kMax || t == DataType::kFloat16 || t == DataType::kBFloat16;
   const double eps = t == DataType::kFloat64 ? 1e-15 : 1e-6;
   const double tol = exact ? 0.0 : 4.0 * eps * world().size;
   int64_t bad = 0, first_bad = -1;
@@ -236,14 +236,13 @@ void check_case(RingAllreduce& ring, DataType t, ReduceOp op, int64_t count) {
     }
   }
   EXPECT_EQ(bad, 0) << what << ": first at " << first_bad << " got "
-                    << (first_bad >= 0 ? element_as_double(buf.data() + first_bad * dtype_size(t), t) : 0.0)
-                    << " want " << (first_bad >= 0 ? expected[first_bad] : 0.0);
+                    << (first_bad >= 0 ? element_as_double(buf.data() + first_bad * dtype_size(t), t) : 0.0) << " want "
+                    << (first_bad >= 0 ? expected[first_bad] : 0.0);
 }
 
-const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt16,
-                           DataType::kInt32,   DataType::kInt64,    DataType::kFloat16,
-                           DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
-                           DataType::kBool};
+const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,    DataType::kInt32,
+                           DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                           DataType::kFloat64, DataType::kBool};
 const ReduceOp kOps[] = {ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 void sweep(RingAllreduce& ring, const std::vector<int64_t>& counts) {
@@ -303,8 +302,8 @@ TEST(RingAllreduce, ReusedObjectGrowsAndShrinks) {
 // the input is only read; nothing is written past the end. Also in place with a
 // postscale, and the same for the fp16 wire.
 void check_out_of_place(RingAllreduce& ring, DataType t, ReduceOp op, int64_t count, double post, bool fp16) {
-  const std::string what = label(t, op, count, ring.options().segment_bytes) + " postscale=" +
-                           std::to_string(post) + (fp16 ? " fp16 wire" : "");
+  const std::string what = label(t, op, count, ring.options().segment_bytes) + " postscale=" + std::to_string(post) +
+                           (fp16 ? " fp16 wire" : "");
   const size_t es = dtype_size(t);
   const std::vector<uint8_t> input = make_input(t, op, count, world().rank);
   auto run = [&](const void* in, void* out, double scale) {
@@ -313,8 +312,10 @@ void check_out_of_place(RingAllreduce& ring, DataType t, ReduceOp op, int64_t co
   std::vector<uint8_t> expected = input;
   ASSERT_TRUE(run(expected.data(), expected.data(), 1.0).ok()) << what;
   // The fp16 wire's results are fp16 values, scaled ones too (as Horovod's).
-  if (fp16) kernels::scale_as_half(expected.data(), count, t, post);
-  else kernels::scale(expected.data(), count, t, post);
+  if (fp16)
+    kernels::scale_as_half(expected.data(), count, t, post);
+  else
+    kernels::scale(expected.data(), count, t, post);
 
   std::vector<uint8_t> in = input;
   std::vector<uint8_t> out(count * es + 1, 0xcd);

@@ -92,8 +92,8 @@ double exact(ReduceOp op, int64_t i, const std::vector<std::vector<double>>& in)
 template <class T>
 void check_case(RingAllreduce& ring, ReduceOp op, int64_t count) {
   const World& w = world();
-  const std::string what = std::string(sizeof(T) == 4 ? "float32" : "float64") + " op=" +
-                           std::to_string(static_cast<int>(op)) + " count=" + std::to_string(count) +
+  const std::string what = std::string(sizeof(T) == 4 ? "float32" : "float64") +
+                           " op=" + std::to_string(static_cast<int>(op)) + " count=" + std::to_string(count) +
                            " segment_bytes=" + std::to_string(ring.options().segment_bytes) +
                            " depth=" + std::to_string(ring.options().pipeline_depth);
   const std::vector<double> mine = input(w.rank, count, op);
@@ -193,8 +193,7 @@ TEST(RingFp16Wire, InvalidArguments) {
   float x = 1.0f;
   int32_t i = 1;
   EXPECT_EQ(ring.run_fp16_wire(&x, -1, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ring.run_fp16_wire(nullptr, 4, DataType::kFloat32, ReduceOp::kSum).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ring.run_fp16_wire(nullptr, 4, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ring.run_fp16_wire(&i, 1, DataType::kInt32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ring.run_fp16_wire(&x, 1, DataType::kFloat16, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ring.run_fp16_wire(&x, 1, DataType::kFloat32, ReduceOp::kAdasum).code(), StatusCode::kUnimplemented);

@@ -73,11 +73,11 @@ std::vector<torch::Tensor> signature(const optim::Optimizer& opt) {
   if (auto* s = dynamic_cast<const optim::SGDOptions*>(&o)) {
     options = {s->lr(), s->momentum(), s->dampening(), s->weight_decay(), double(s->nesterov())};
   } else if (auto* a = dynamic_cast<const optim::AdamOptions*>(&o)) {
-    options = {a->lr(), std::get<0>(a->betas()), std::get<1>(a->betas()), a->eps(), a->weight_decay(),
-               double(a->amsgrad())};
+    options = {a->lr(),  std::get<0>(a->betas()), std::get<1>(a->betas()),
+               a->eps(), a->weight_decay(),       double(a->amsgrad())};
   } else if (auto* w = dynamic_cast<const optim::AdamWOptions*>(&o)) {
-    options = {w->lr(), std::get<0>(w->betas()), std::get<1>(w->betas()), w->eps(), w->weight_decay(),
-               double(w->amsgrad())};
+    options = {w->lr(),  std::get<0>(w->betas()), std::get<1>(w->betas()),
+               w->eps(), w->weight_decay(),       double(w->amsgrad())};
   } else if (auto* m = dynamic_cast<const optim::RMSpropOptions*>(&o)) {
     options = {m->lr(), m->alpha(), m->eps(), m->weight_decay(), m->momentum(), double(m->centered())};
   } else if (auto* g = dynamic_cast<const optim::AdagradOptions*>(&o)) {
@@ -155,7 +155,8 @@ TEST(BroadcastState, EveryOptimizerFromDivergentStates) {
         EXPECT_TRUE(same_on_all_ranks(item.value(), tag + ".b." + item.key())) << tag << " " << item.key();
       }
       EXPECT_TRUE(all_same(signature(*opt), tag + ".after")) << tag;
-      EXPECT_DOUBLE_EQ(opt->param_groups()[0].options().get_lr(), kind.make({torch::zeros({1})}, root)->defaults().get_lr())
+      EXPECT_DOUBLE_EQ(opt->param_groups()[0].options().get_lr(),
+                       kind.make({torch::zeros({1})}, root)->defaults().get_lr())
           << tag << ": lr must be root's";
       if (root == kEmptyRank && kind.name != "adagrad") {
         EXPECT_EQ(opt->state().size(), 0u) << tag << ": root had no state";
@@ -196,8 +197,7 @@ TEST(BroadcastState, NamedTensorsAndBytes) {
   std::string mine = rank() == 0 ? std::string("hello\0world", 11) + root_bytes : std::string(rank(), 'x');
   std::string got = hvt::broadcast_bytes(mine, 0);
   EXPECT_EQ(got, std::string("hello\0world", 11) + root_bytes);
-  EXPECT_EQ(hvt::broadcast_bytes(rank() == 1 ? "" : "not root", 1 % size(), "empty"),
-            size() == 1 ? "not root" : "");
+  EXPECT_EQ(hvt::broadcast_bytes(rank() == 1 ? "" : "not root", 1 % size(), "empty"), size() == 1 ? "not root" : "");
 }
 
 }  // namespace

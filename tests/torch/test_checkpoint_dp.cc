@@ -31,7 +31,8 @@ torch::nn::Sequential make_mlp() {
 // Step s, pass k: size() * kLocalBatch rows, the same on every rank.
 std::pair<torch::Tensor, torch::Tensor> global_batch(int s, int k) {
   auto gen = at::detail::createCPUGenerator(4242 + 31 * s + k);
-  return {at::randn({size() * kLocalBatch, 6}, gen, at::kDouble), at::randn({size() * kLocalBatch, 3}, gen, at::kDouble)};
+  return {at::randn({size() * kLocalBatch, 6}, gen, at::kDouble),
+          at::randn({size() * kLocalBatch, 3}, gen, at::kDouble)};
 }
 
 torch::Tensor flat(torch::nn::Sequential& m) {
@@ -92,14 +93,15 @@ TEST_P(CheckpointDataParallel, RanksIdenticalAndEqualToOneProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Segments, CheckpointDataParallel,
-    ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values(1, 2), ::testing::Values(false, true),
-                       ::testing::Values(Opt::kSgdMomentum, Opt::kAdam)),
-    [](const auto& info) {
-      return "seg" + std::to_string(std::get<0>(info.param)) + "_passes" + std::to_string(std::get<1>(info.param)) +
-             (std::get<2>(info.param) ? "_fp16" : "_fp64") +
-             (std::get<3>(info.param) == Opt::kAdam ? "_adam" : "_sgd");
-    });
+INSTANTIATE_TEST_SUITE_P(Segments, CheckpointDataParallel,
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values(1, 2),
+                                            ::testing::Values(false, true),
+                                            ::testing::Values(Opt::kSgdMomentum, Opt::kAdam)),
+                         [](const auto& info) {
+                           return "seg" + std::to_string(std::get<0>(info.param)) + "_passes" +
+                                  std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) ? "_fp16" : "_fp64") +
+                                  (std::get<3>(info.param) == Opt::kAdam ? "_adam" : "_sgd");
+                         });
 
 }  // namespace

@@ -111,7 +111,9 @@ void compare_with_single_process(const OptimizerFactory& make_opt, const Distrib
 }
 
 OptimizerFactory sgd_momentum() {
-  return [](Net& n) { return std::make_shared<torch::optim::SGD>(n->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)); };
+  return [](Net& n) {
+    return std::make_shared<torch::optim::SGD>(n->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  };
 }
 OptimizerFactory adam() {
   return [](Net& n) { return std::make_shared<torch::optim::Adam>(n->parameters(), torch::optim::AdamOptions(0.01)); };
@@ -121,9 +123,7 @@ TEST(DistributedOptimizer, SgdMomentumMatchesSingleProcess) {
   compare_with_single_process(sgd_momentum(), {}, {}, 3, 1e-10, "sgd");
 }
 
-TEST(DistributedOptimizer, AdamMatchesSingleProcess) {
-  compare_with_single_process(adam(), {}, {}, 3, 1e-8, "adam");
-}
+TEST(DistributedOptimizer, AdamMatchesSingleProcess) { compare_with_single_process(adam(), {}, {}, 3, 1e-8, "adam"); }
 
 TEST(DistributedOptimizer, SumOpAndPredivide) {
   DistributedOptimizerOptions sum;

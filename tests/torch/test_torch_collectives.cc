@@ -29,11 +29,20 @@ at::Tensor expected_reduce(at::IntArrayRef shape, at::ScalarType type, ReduceOp 
     at::Tensor v = rank_values(shape, r, type, modulus).to(at::kDouble);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAverage: acc = acc + v; break;
-      case ReduceOp::kMin: acc = at::minimum(acc, v); break;
-      case ReduceOp::kMax: acc = at::maximum(acc, v); break;
-      case ReduceOp::kProduct: acc = acc * v; break;
-      default: break;
+      case ReduceOp::kAverage:
+        acc = acc + v;
+        break;
+      case ReduceOp::kMin:
+        acc = at::minimum(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = at::maximum(acc, v);
+        break;
+      case ReduceOp::kProduct:
+        acc = acc * v;
+        break;
+      default:
+        break;
     }
   }
   if (op == ReduceOp::kAverage) acc = acc / size();
@@ -52,7 +61,8 @@ TEST(TorchCollectives, AllreduceEveryDtypeOpAndShape) {
         at::Tensor expected = expected_reduce(shape, type, op, modulus);
         if (op == ReduceOp::kProduct) {
           expected = at::ones(shape, at::kDouble);
-          for (int r = 0; r < size(); ++r) expected = expected * (rank_values(shape, r, type, modulus).to(at::kDouble) + 1);
+          for (int r = 0; r < size(); ++r)
+            expected = expected * (rank_values(shape, r, type, modulus).to(at::kDouble) + 1);
         }
         const std::string name = std::string("ar.") + horovodlite::reduce_op_name(op) + "." + tag(type, shape);
         at::Tensor out = hvt::allreduce(input, name, {op});

@@ -1,8 +1,8 @@
 // Helpers for the LibTorch adapter's multi-process tests.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <c10/util/accumulate.h>
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cstring>
@@ -21,8 +21,8 @@ inline int size() { return hvt::size(); }
 
 // Every dtype the adapter supports.
 inline std::vector<at::ScalarType> all_scalar_types() {
-  return {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kHalf, at::kBFloat16,
-          at::kFloat, at::kDouble, at::kBool};
+  return {at::kByte, at::kChar,     at::kShort, at::kInt,    at::kLong,
+          at::kHalf, at::kBFloat16, at::kFloat, at::kDouble, at::kBool};
 }
 inline std::vector<at::ScalarType> numeric_scalar_types() {
   return {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat, at::kDouble};

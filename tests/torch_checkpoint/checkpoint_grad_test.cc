@@ -1,15 +1,15 @@
 // checkpoint(): gradients with checkpointing equal those without, for every shape
 // of fn (inputs with and without grad, several outputs, nesting, dropout,
 // captured tensors) and the errors it reports.
-#include "checkpoint_test_util.h"
-#include "horovodlite/torch/checkpoint.h"
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "checkpoint_test_util.h"
+#include "horovodlite/torch/checkpoint.h"
 
 namespace {
 
@@ -22,25 +22,23 @@ namespace hvt = horovodlite::torch;
 const auto kF64 = torch::TensorOptions().dtype(torch::kFloat64);
 
 torch::nn::Sequential make_mlp() {
-  torch::nn::Sequential mlp(torch::nn::Linear(8, 16), torch::nn::Tanh(), torch::nn::Linear(16, 16),
-                            torch::nn::ReLU(), torch::nn::Linear(16, 4));
+  torch::nn::Sequential mlp(torch::nn::Linear(8, 16), torch::nn::Tanh(), torch::nn::Linear(16, 16), torch::nn::ReLU(),
+                            torch::nn::Linear(16, 4));
   mlp->to(torch::kFloat64);
   return mlp;
 }
 
 torch::nn::Sequential make_cnn() {
-  torch::nn::Sequential cnn(
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)), torch::nn::ReLU(),
-      torch::nn::MaxPool2d(2), torch::nn::Conv2d(4, 6, 3), torch::nn::Tanh(),
-      torch::nn::Flatten(), torch::nn::Linear(24, 5));
+  torch::nn::Sequential cnn(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)), torch::nn::ReLU(),
+                            torch::nn::MaxPool2d(2), torch::nn::Conv2d(4, 6, 3), torch::nn::Tanh(),
+                            torch::nn::Flatten(), torch::nn::Linear(24, 5));
   cnn->to(torch::kFloat64);
   return cnn;
 }
 
 torch::nn::Sequential make_dropout_net() {
   torch::nn::Sequential net(torch::nn::Linear(8, 32), torch::nn::Dropout(0.5), torch::nn::ReLU(),
-                            torch::nn::Linear(32, 32), torch::nn::Dropout(0.3),
-                            torch::nn::Linear(32, 4));
+                            torch::nn::Linear(32, 32), torch::nn::Dropout(0.3), torch::nn::Linear(32, 4));
   net->to(torch::kFloat64);
   return net;
 }
@@ -104,9 +102,8 @@ TEST(Checkpoint, DropoutReplaysTheSameMaskAndLeavesTheStreamAlone) {
     return r;
   };
   Run plain = run([&](const at::Tensor& t) { return net->forward(t); });
-  Run ckpt = run([&](const at::Tensor& t) {
-    return hvt::checkpoint([&](const at::Tensor& u) { return net->forward(u); }, t);
-  });
+  Run ckpt = run(
+      [&](const at::Tensor& t) { return hvt::checkpoint([&](const at::Tensor& u) { return net->forward(u); }, t); });
   expect_same(ckpt.grads, plain.grads, "dropout");
   expect_same(ckpt.between, plain.between, "random numbers drawn between forward and backward", 0.0);
   expect_same(ckpt.after, plain.after, "random numbers drawn after backward", 0.0);
@@ -116,7 +113,8 @@ TEST(Checkpoint, DropoutReplaysTheSameMaskAndLeavesTheStreamAlone) {
   hvt::CheckpointOptions no_rng;
   no_rng.preserve_rng_state = false;
   Run drifted = run([&](const at::Tensor& t) {
-    return hvt::checkpoint(no_rng, [&](const at::Tensor& u) { return net->forward(u); }, t);
+    return hvt::checkpoint(
+        no_rng, [&](const at::Tensor& u) { return net->forward(u); }, t);
   });
   expect_same(drifted.grads.output, plain.grads.output, "forward output without rng preservation");
   EXPECT_GT((drifted.grads.params[0] - plain.grads.params[0]).abs().max().item<double>(), 1e-6)
@@ -157,8 +155,7 @@ TEST(Checkpoint, SeveralInputsAndOutputs) {
     EXPECT_FALSE(std::get<3>(outs).requires_grad());
     // Output 4 is left out of the loss: its gradient never arrives.
     (std::get<0>(outs).pow(2).sum() + std::get<1>(outs).sin().sum()).backward();
-    return std::vector<at::Tensor>{std::get<0>(outs).detach(), std::get<2>(outs), a.grad(),
-                                   b.grad(), w.grad().clone()};
+    return std::vector<at::Tensor>{std::get<0>(outs).detach(), std::get<2>(outs), a.grad(), b.grad(), w.grad().clone()};
   };
   auto plain = run(false);
   auto ckpt = run(true);
@@ -186,8 +183,7 @@ TEST(Checkpoint, VectorOverloadAndUndefinedInputs) {
 TEST(Checkpoint, IdentityAndParameterOutputs) {
   const at::Tensor p = torch::randn({3}, kF64).requires_grad_();
   at::Tensor x = torch::randn({3}, kF64).requires_grad_();
-  auto [y, q] = hvt::checkpoint(
-      [&](const at::Tensor& t) { return std::make_tuple(t, p); }, x);
+  auto [y, q] = hvt::checkpoint([&](const at::Tensor& t) { return std::make_tuple(t, p); }, x);
   (y * 2 + q * 5).sum().backward();
   expect_same(x.grad(), torch::full({3}, 2.0, kF64), "identity grad");
   expect_same(p.grad(), torch::full({3}, 5.0, kF64), "parameter returned as is");
@@ -260,8 +256,7 @@ TEST(Checkpoint, CapturedTensorsAndSharedParametersAccumulateOnce) {
       expect_same(ckpt[i], plain[i], "captured/shared item " + std::to_string(i));
     }
     for (size_t i = 0; i < params.size(); ++i) {
-      EXPECT_EQ(counter.counts()[i], 1) << "accumulator of param " << i << ", iteration "
-                                        << iteration;
+      EXPECT_EQ(counter.counts()[i], 1) << "accumulator of param " << i << ", iteration " << iteration;
     }
   }
 }
@@ -310,8 +305,7 @@ TEST(Checkpoint, WarnsWhenNothingRequiresGrad) {
   at::Tensor y = hvt::checkpoint([](const at::Tensor& u) { return u * 2; }, x);
   EXPECT_FALSE(y.requires_grad());
   ASSERT_EQ(collector.messages.size(), 1u);
-  EXPECT_NE(collector.messages[0].find("none of the inputs require grad"), std::string::npos)
-      << collector.messages[0];
+  EXPECT_NE(collector.messages[0].find("none of the inputs require grad"), std::string::npos) << collector.messages[0];
 }
 
 TEST(Checkpoint, SecondBackwardNeedsRetainGraph) {

@@ -10,13 +10,10 @@
 // resident set size (getrusage ru_maxrss) minus the resident size just before the
 // forward (from /proc/self/statm). Large buffers are made to come from mmap so
 // that freeing them returns the memory and the figures follow the live tensors.
-#include "horovodlite/torch/checkpoint.h"
-
 #include <malloc.h>
 #include <sys/resource.h>
-#include <unistd.h>
-
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -26,6 +23,8 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+
+#include "horovodlite/torch/checkpoint.h"
 
 namespace {
 
@@ -66,16 +65,22 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) return usage(argv[0]);
     const char* value = argv[++i];
-    if (arg == "--mode") mode = value;
-    else if (arg == "--layers") layers = std::atoll(value);
-    else if (arg == "--width") width = std::atoll(value);
-    else if (arg == "--batch") batch = std::atoll(value);
-    else if (arg == "--segments") segments = std::atoll(value);
-    else if (arg == "--threads") threads = std::atoll(value);
-    else return usage(argv[0]);
+    if (arg == "--mode")
+      mode = value;
+    else if (arg == "--layers")
+      layers = std::atoll(value);
+    else if (arg == "--width")
+      width = std::atoll(value);
+    else if (arg == "--batch")
+      batch = std::atoll(value);
+    else if (arg == "--segments")
+      segments = std::atoll(value);
+    else if (arg == "--threads")
+      threads = std::atoll(value);
+    else
+      return usage(argv[0]);
   }
-  if ((mode != "plain" && mode != "checkpoint") || layers < 1 || width < 1 || batch < 1 ||
-      threads < 1) {
+  if ((mode != "plain" && mode != "checkpoint") || layers < 1 || width < 1 || batch < 1 || threads < 1) {
     return usage(argv[0]);
   }
   if (segments <= 0) {
@@ -93,9 +98,8 @@ int main(int argc, char** argv) {
     model->push_back(Block(width));
   }
   auto run = [&](const at::Tensor& x) {
-    at::Tensor out = mode == "plain"
-                         ? model->forward(x)
-                         : horovodlite::torch::checkpoint_sequential(model, static_cast<int>(segments), x);
+    at::Tensor out = mode == "plain" ? model->forward(x)
+                                     : horovodlite::torch::checkpoint_sequential(model, static_cast<int>(segments), x);
     at::Tensor loss = out.pow(2).mean();
     loss.backward();
     return loss.item<double>();
@@ -110,8 +114,7 @@ int main(int argc, char** argv) {
   const int64_t baseline = resident_bytes();
   const auto start = std::chrono::steady_clock::now();
   const double loss = run(input);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t peak = peak_resident_bytes();
 
   double grad_norm = 0;
@@ -123,10 +126,9 @@ int main(int argc, char** argv) {
       "mode=%s layers=%lld width=%lld batch=%lld segments=%lld threads=%lld "
       "activation_bytes_per_layer=%lld baseline_bytes=%lld peak_bytes=%lld "
       "peak_delta_bytes=%lld seconds=%.3f loss=%.9g grad_norm=%.9g\n",
-      mode.c_str(), static_cast<long long>(layers), static_cast<long long>(width),
-      static_cast<long long>(batch), static_cast<long long>(mode == "plain" ? 0 : segments),
-      static_cast<long long>(threads), static_cast<long long>(activation_bytes),
-      static_cast<long long>(baseline), static_cast<long long>(peak),
+      mode.c_str(), static_cast<long long>(layers), static_cast<long long>(width), static_cast<long long>(batch),
+      static_cast<long long>(mode == "plain" ? 0 : segments), static_cast<long long>(threads),
+      static_cast<long long>(activation_bytes), static_cast<long long>(baseline), static_cast<long long>(peak),
       static_cast<long long>(peak - baseline), seconds, loss, std::sqrt(grad_norm));
   return 0;
 }

@@ -52,9 +52,8 @@ TEST(CheckpointMemory, SqrtSegmentsUseAtMostAThirdOfThePlainPeak) {
   const double plain_peak = std::stod(plain["peak_delta_bytes"]);
   const double ckpt_peak = std::stod(ckpt["peak_delta_bytes"]);
   const double layer_bytes = std::stod(plain["activation_bytes_per_layer"]);
-  std::cout << "[checkpoint_memory] plain peak " << plain_peak / (1 << 20)
-            << " MiB, checkpointed peak " << ckpt_peak / (1 << 20) << " MiB, ratio "
-            << ckpt_peak / plain_peak << "\n";
+  std::cout << "[checkpoint_memory] plain peak " << plain_peak / (1 << 20) << " MiB, checkpointed peak "
+            << ckpt_peak / (1 << 20) << " MiB, ratio " << ckpt_peak / plain_peak << "\n";
   // The plain run must hold roughly one activation per layer, or the
   // measurement is not measuring activations.
   EXPECT_GT(plain_peak, 0.8 * 64 * layer_bytes);

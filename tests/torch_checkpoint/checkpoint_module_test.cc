@@ -1,14 +1,14 @@
 // checkpoint_sequential() and CheckpointWrapper: gradients equal the plain
 // module's, every parameter's grad accumulator runs once per backward, and the
 // argument errors.
-#include "checkpoint_test_util.h"
-#include "horovodlite/torch/checkpoint.h"
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <stdexcept>
 #include <string>
+
+#include "checkpoint_test_util.h"
+#include "horovodlite/torch/checkpoint.h"
 
 namespace {
 
@@ -22,9 +22,9 @@ const auto kF64 = torch::TensorOptions().dtype(torch::kFloat64);
 
 // Seven modules, with dropout, so that segment boundaries fall everywhere.
 torch::nn::Sequential make_stack() {
-  torch::nn::Sequential stack(torch::nn::Linear(6, 12), torch::nn::ReLU(),
-                              torch::nn::Dropout(0.25), torch::nn::Linear(12, 12),
-                              torch::nn::Tanh(), torch::nn::Linear(12, 12), torch::nn::Linear(12, 3));
+  torch::nn::Sequential stack(torch::nn::Linear(6, 12), torch::nn::ReLU(), torch::nn::Dropout(0.25),
+                              torch::nn::Linear(12, 12), torch::nn::Tanh(), torch::nn::Linear(12, 12),
+                              torch::nn::Linear(12, 3));
   stack->to(torch::kFloat64);
   stack->train();
   return stack;
@@ -37,13 +37,11 @@ TEST(CheckpointSequential, EverySegmentCountMatchesThePlainModule) {
   const int n = static_cast<int>(stack->size());
   for (bool input_requires_grad : {true, false}) {
     torch::manual_seed(12);
-    Grads plain = run_backward(*stack, x, input_requires_grad,
-                               [&](const at::Tensor& t) { return stack->forward(t); });
+    Grads plain = run_backward(*stack, x, input_requires_grad, [&](const at::Tensor& t) { return stack->forward(t); });
     for (int segments = 1; segments <= n; ++segments) {
       torch::manual_seed(12);
-      Grads ckpt = run_backward(*stack, x, input_requires_grad, [&](const at::Tensor& t) {
-        return hvt::checkpoint_sequential(stack, segments, t);
-      });
+      Grads ckpt = run_backward(*stack, x, input_requires_grad,
+                                [&](const at::Tensor& t) { return hvt::checkpoint_sequential(stack, segments, t); });
       expect_same(ckpt, plain,
                   "segments=" + std::to_string(segments) +
                       (input_requires_grad ? " (input requires grad)" : " (input without grad)"));
@@ -62,8 +60,7 @@ TEST(CheckpointSequential, EachAccumulatorRunsOncePerBackward) {
       run_backward(*stack, x, false,
                    [&](const at::Tensor& t) { return hvt::checkpoint_sequential(stack, segments, t); });
       for (size_t i = 0; i < counter.counts().size(); ++i) {
-        EXPECT_EQ(counter.counts()[i], 1)
-            << "param " << i << ", segments " << segments << ", iteration " << iteration;
+        EXPECT_EQ(counter.counts()[i], 1) << "param " << i << ", segments " << segments << ", iteration " << iteration;
       }
     }
   }
@@ -77,13 +74,10 @@ TEST(CheckpointSequential, RejectsBadSegmentCounts) {
       hvt::checkpoint_sequential(stack, segments, x);
       FAIL() << "segments=" << segments << " must be rejected";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("between 1 and the number of modules (7)"),
-                std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("between 1 and the number of modules (7)"), std::string::npos) << e.what();
     }
   }
-  EXPECT_THROW(hvt::checkpoint_sequential(torch::nn::Sequential(nullptr), 1, x),
-               std::invalid_argument);
+  EXPECT_THROW(hvt::checkpoint_sequential(torch::nn::Sequential(nullptr), 1, x), std::invalid_argument);
 }
 
 // Counts forward calls, to see when the wrapper recomputes.
@@ -115,17 +109,14 @@ TEST(CheckpointWrapper, TrainingModeCheckpointsAndMatchesThePlainModule) {
     model.register_module("wrapped", wrapped.ptr());
     model.register_module("head", head.ptr());
     const at::Tensor x = torch::randn({4, 8}, kF64);
-    Grads plain = run_backward(model, x, true,
-                               [&](const at::Tensor& t) { return head->forward(block->forward(t)); });
+    Grads plain = run_backward(model, x, true, [&](const at::Tensor& t) { return head->forward(block->forward(t)); });
     block->calls = 0;
-    Grads ckpt = run_backward(model, x, true,
-                              [&](const at::Tensor& t) { return head->forward(wrapped->forward(t)); });
+    Grads ckpt = run_backward(model, x, true, [&](const at::Tensor& t) { return head->forward(wrapped->forward(t)); });
     EXPECT_EQ(block->calls, 2) << "forward once, once more in backward";
     expect_same(ckpt, plain, offload ? "wrapper (offload_to_cpu)" : "wrapper");
 
     AccumulatorCounter counter(model.parameters());
-    run_backward(model, x, false,
-                 [&](const at::Tensor& t) { return head->forward(wrapped->forward(t)); });
+    run_backward(model, x, false, [&](const at::Tensor& t) { return head->forward(wrapped->forward(t)); });
     for (int c : counter.counts()) {
       EXPECT_EQ(c, 1);
     }

@@ -28,8 +28,7 @@ inline void zero_grads(torch::nn::Module& module) {
 // Runs forward(x) and backward of sum(out^2) from zeroed gradients; x is a fresh
 // copy of `input` that requires grad when requires_grad is true.
 template <typename Forward>
-Grads run_backward(torch::nn::Module& module, const at::Tensor& input, bool requires_grad,
-                   Forward forward) {
+Grads run_backward(torch::nn::Module& module, const at::Tensor& input, bool requires_grad, Forward forward) {
   zero_grads(module);
   at::Tensor x = input.detach().clone().requires_grad_(requires_grad);
   at::Tensor out = forward(x);
@@ -43,8 +42,7 @@ Grads run_backward(torch::nn::Module& module, const at::Tensor& input, bool requ
   return g;
 }
 
-inline void expect_same(const at::Tensor& a, const at::Tensor& b, const std::string& what,
-                        double tol = 1e-12) {
+inline void expect_same(const at::Tensor& a, const at::Tensor& b, const std::string& what, double tol = 1e-12) {
   ASSERT_EQ(a.defined(), b.defined()) << what;
   if (!a.defined()) {
     return;
@@ -55,8 +53,7 @@ inline void expect_same(const at::Tensor& a, const at::Tensor& b, const std::str
   EXPECT_LE(diff, tol * scale) << what << ": max |a - b| = " << diff;
 }
 
-inline void expect_same(const Grads& a, const Grads& b, const std::string& what,
-                        double tol = 1e-12) {
+inline void expect_same(const Grads& a, const Grads& b, const std::string& what, double tol = 1e-12) {
   expect_same(a.output, b.output, what + " output", tol);
   expect_same(a.input_grad, b.input_grad, what + " input grad", tol);
   ASSERT_EQ(a.params.size(), b.params.size()) << what;
@@ -84,8 +81,7 @@ class AccumulatorCounter {
 
  private:
   struct Hook : torch::autograd::FunctionPostHook {
-    Hook(std::shared_ptr<std::vector<int>> counts, size_t index)
-        : counts_(std::move(counts)), index_(index) {}
+    Hook(std::shared_ptr<std::vector<int>> counts, size_t index) : counts_(std::move(counts)), index_(index) {}
     torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                               const torch::autograd::variable_list&) override {
       ++(*counts_)[index_];

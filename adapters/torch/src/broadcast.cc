@@ -97,8 +97,10 @@ void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& t
 
 void broadcast_parameters(const ::torch::nn::Module& module, int root_rank, const ProcessSet& process_set) {
   NamedTensors all;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) all.emplace_back("parameter." + item.key(), item.value());
-  for (const auto& item : module.named_buffers(/*recurse=*/true)) all.emplace_back("buffer." + item.key(), item.value());
+  for (const auto& item : module.named_parameters(/*recurse=*/true))
+    all.emplace_back("parameter." + item.key(), item.value());
+  for (const auto& item : module.named_buffers(/*recurse=*/true))
+    all.emplace_back("buffer." + item.key(), item.value());
   broadcast_parameters(all, root_rank, "broadcast_parameters.", process_set);
 }
 

@@ -1,9 +1,9 @@
 // Activation checkpointing: see checkpoint.h for the design.
 #include "horovodlite/torch/checkpoint.h"
 
+#include <ATen/SequenceNumber.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
-#include <ATen/SequenceNumber.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
@@ -31,9 +31,7 @@ struct GeneratorState {
   at::Tensor state;
 };
 
-at::Generator default_generator(const at::Device& device) {
-  return at::globalContext().defaultGenerator(device);
-}
+at::Generator default_generator(const at::Device& device) { return at::globalContext().defaultGenerator(device); }
 
 at::Tensor get_generator_state(const at::Device& device) {
   at::Generator gen = default_generator(device);
@@ -55,8 +53,7 @@ std::vector<at::Device> rng_devices(const std::vector<at::Tensor>& inputs) {
     return devices;
   }
   for (const at::Tensor& t : inputs) {
-    if (t.defined() && t.is_cuda() &&
-        std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
+    if (t.defined() && t.is_cuda() && std::find(devices.begin(), devices.end(), t.device()) == devices.end()) {
       devices.push_back(t.device());
     }
   }
@@ -108,8 +105,8 @@ struct AutocastState {
   at::ScalarType cpu_dtype = at::kBFloat16;
 
   static AutocastState capture() {
-    return {compat::autocast_enabled(at::kCUDA), compat::autocast_enabled(at::kCPU),
-            compat::autocast_dtype(at::kCUDA), compat::autocast_dtype(at::kCPU)};
+    return {compat::autocast_enabled(at::kCUDA), compat::autocast_enabled(at::kCPU), compat::autocast_dtype(at::kCUDA),
+            compat::autocast_dtype(at::kCPU)};
   }
   void apply() const {
     compat::set_autocast_enabled(at::kCUDA, gpu_enabled);
@@ -121,9 +118,7 @@ struct AutocastState {
 
 class AutocastGuard {
  public:
-  explicit AutocastGuard(const AutocastState& state) : previous_(AutocastState::capture()) {
-    state.apply();
-  }
+  explicit AutocastGuard(const AutocastState& state) : previous_(AutocastState::capture()) { state.apply(); }
   ~AutocastGuard() { previous_.apply(); }
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
@@ -141,8 +136,8 @@ class AutocastGuard {
 // made before fn ran (tensors computed outside fn and captured by it).
 class ExternalEdgeFinder {
  public:
-  ExternalEdgeFinder(const std::unordered_set<const at::TensorImpl*>& inputs,
-                     uint64_t first_sequence_nr, uint64_t thread_id)
+  ExternalEdgeFinder(const std::unordered_set<const at::TensorImpl*>& inputs, uint64_t first_sequence_nr,
+                     uint64_t thread_id)
       : inputs_(inputs), first_sequence_nr_(first_sequence_nr), thread_id_(thread_id) {}
 
   ag::edge_list find(const std::vector<at::Tensor>& outputs) {
@@ -173,8 +168,7 @@ class ExternalEdgeFinder {
       }
       return;
     }
-    const bool inside =
-        node->thread_id() == thread_id_ && node->sequence_nr() >= first_sequence_nr_;
+    const bool inside = node->thread_id() == thread_id_ && node->sequence_nr() >= first_sequence_nr_;
     if (!inside) {
       record(edge);
     } else if (visited_.insert(node).second) {
@@ -210,12 +204,9 @@ struct SavedInput {
 // external edges. Inputs of the node: one per differentiable output of fn.
 class CheckpointNode : public ag::Node {
  public:
-  CheckpointNode(CheckpointFunction fn, std::vector<SavedInput> inputs,
-                 std::vector<GeneratorState> rng, AutocastState autocast)
-      : fn_(std::move(fn)),
-        inputs_(std::move(inputs)),
-        rng_(std::move(rng)),
-        autocast_(autocast) {}
+  CheckpointNode(CheckpointFunction fn, std::vector<SavedInput> inputs, std::vector<GeneratorState> rng,
+                 AutocastState autocast)
+      : fn_(std::move(fn)), inputs_(std::move(inputs)), rng_(std::move(rng)), autocast_(autocast) {}
 
   std::string name() const override { return "horovodlite::torch::CheckpointBackward"; }
 
@@ -224,8 +215,9 @@ class CheckpointNode : public ag::Node {
 
   ag::variable_list apply(ag::variable_list&& grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    TORCH_CHECK(fn_, "checkpoint: trying to backward through a checkpoint a second time, or after "
-                     "its saved inputs were freed; pass retain_graph=true to the first backward");
+    TORCH_CHECK(fn_,
+                "checkpoint: trying to backward through a checkpoint a second time, or after "
+                "its saved inputs were freed; pass retain_graph=true to the first backward");
     TORCH_CHECK(!at::GradMode::is_enabled(),
                 "checkpoint: higher-order gradients (backward with create_graph=true) are not "
                 "supported through a checkpoint");
@@ -241,9 +233,8 @@ class CheckpointNode : public ag::Node {
       at::AutoGradMode enable_grad(true);
       outputs = fn_(detached);
     }
-    TORCH_CHECK(outputs.size() == output_slot_.size(), "checkpoint: fn returned ",
-                outputs.size(), " tensors when recomputed in backward but ", output_slot_.size(),
-                " in forward");
+    TORCH_CHECK(outputs.size() == output_slot_.size(), "checkpoint: fn returned ", outputs.size(),
+                " tensors when recomputed in backward but ", output_slot_.size(), " in forward");
 
     ag::edge_list roots;
     ag::variable_list root_grads;
@@ -277,9 +268,9 @@ class CheckpointNode : public ag::Node {
     if (roots.empty() || wanted.empty()) {
       return result;
     }
-    ag::variable_list computed = ag::Engine::get_default_engine().execute(
-        roots, root_grads, /*keep_graph=*/false, /*create_graph=*/false,
-        /*accumulate_grad=*/false, wanted);
+    ag::variable_list computed =
+        ag::Engine::get_default_engine().execute(roots, root_grads, /*keep_graph=*/false, /*create_graph=*/false,
+                                                 /*accumulate_grad=*/false, wanted);
     for (size_t k = 0; k < computed.size(); ++k) {
       result[wanted_slot[k]] = std::move(computed[k]);
     }
@@ -303,7 +294,8 @@ class CheckpointNode : public ag::Node {
       }
       TORCH_CHECK(in.tensor._version() == in.version, "checkpoint: input ", i,
                   " was modified by an in-place operation, inside fn or after checkpoint() returned "
-                  "(its version is ", in.tensor._version(), ", expected ", in.version,
+                  "(its version is ",
+                  in.tensor._version(), ", expected ", in.version,
                   "); the recomputation would not see the value the first run saw");
       at::Tensor t = in.tensor.device() == in.device ? in.tensor : in.tensor.to(in.device);
       detached[i] = t.detach();
@@ -367,13 +359,13 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, std::vector<at:
   const uint64_t first_sequence_nr = at::sequence_number::peek();
   std::vector<at::Tensor> raw = fn(detached);
   ag::edge_list external =
-      ExternalEdgeFinder(detached_impls, first_sequence_nr, at::RecordFunction::currentThreadId())
-          .find(raw);
+      ExternalEdgeFinder(detached_impls, first_sequence_nr, at::RecordFunction::currentThreadId()).find(raw);
 
   const bool any_input_requires_grad = ag::any_variable_requires_grad(inputs);
   if (!any_input_requires_grad && external.empty()) {
-    TORCH_WARN("checkpoint: none of the inputs require grad and fn reads no tensor that does; "
-               "gradients will not flow through this checkpoint");
+    TORCH_WARN(
+        "checkpoint: none of the inputs require grad and fn reads no tensor that does; "
+        "gradients will not flow through this checkpoint");
     return raw;
   }
 
@@ -398,16 +390,17 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, std::vector<at:
   return outputs;
 }
 
-at::Tensor checkpoint_sequential(::torch::nn::Sequential sequential, int segments,
-                                 at::Tensor input, bool preserve_rng_state) {
+at::Tensor checkpoint_sequential(::torch::nn::Sequential sequential, int segments, at::Tensor input,
+                                 bool preserve_rng_state) {
   if (sequential.is_empty()) {
     throw std::invalid_argument("checkpoint_sequential: the Sequential holder is empty");
   }
   const int64_t n = static_cast<int64_t>(sequential->size());
   if (segments < 1 || segments > n) {
-    throw std::invalid_argument("checkpoint_sequential: segments must be between 1 and the "
-                                "number of modules (" + std::to_string(n) + "), got " +
-                                std::to_string(segments));
+    throw std::invalid_argument(
+        "checkpoint_sequential: segments must be between 1 and the "
+        "number of modules (" +
+        std::to_string(n) + "), got " + std::to_string(segments));
   }
   auto run = [sequential](int64_t begin, int64_t end, at::Tensor x) mutable {
     for (int64_t i = begin; i < end; ++i) {
@@ -422,15 +415,13 @@ at::Tensor checkpoint_sequential(::torch::nn::Sequential sequential, int segment
   for (int s = 0; s + 1 < segments; ++s) {
     const int64_t end = begin + segment_size;
     input = checkpoint(
-        options, [run, begin, end](const at::Tensor& x) mutable { return run(begin, end, x); },
-        input);
+        options, [run, begin, end](const at::Tensor& x) mutable { return run(begin, end, x); }, input);
     begin = end;
   }
   return run(begin, n, std::move(input));
 }
 
-CheckpointWrapperImpl::CheckpointWrapperImpl(::torch::nn::AnyModule module,
-                                             CheckpointOptions options)
+CheckpointWrapperImpl::CheckpointWrapperImpl(::torch::nn::AnyModule module, CheckpointOptions options)
     : module_(std::move(module)), options_(options) {
   if (module_.is_empty()) {
     throw std::invalid_argument("CheckpointWrapper: the module to wrap is empty");
@@ -443,8 +434,7 @@ at::Tensor CheckpointWrapperImpl::forward(const at::Tensor& input) {
     return module_.forward(input);
   }
   return checkpoint(
-      options_,
-      [module = module_](const at::Tensor& x) mutable { return module.forward(x); }, input);
+      options_, [module = module_](const at::Tensor& x) mutable { return module.forward(x); }, input);
 }
 
 void CheckpointWrapperImpl::pretty_print(std::ostream& stream) const {

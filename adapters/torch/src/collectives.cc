@@ -1,6 +1,5 @@
 #include "horovodlite/torch/collectives.h"
 
-
 #include <ATen/core/grad_mode.h>
 
 #include <memory>
@@ -32,8 +31,8 @@ class TorchReadyEvent : public ReadyEvent {
     c10::cuda::CUDAGuard guard(device_);
     cudaError_t rc = cudaEventCreateWithFlags(&event_, cudaEventDisableTiming);
     if (rc != cudaSuccess) {
-      throw HorovodError(StatusCode::kInternal, std::string("cudaEventCreateWithFlags failed: ") +
-                                                    cudaGetErrorString(rc));
+      throw HorovodError(StatusCode::kInternal,
+                         std::string("cudaEventCreateWithFlags failed: ") + cudaGetErrorString(rc));
     }
     record();
   }
@@ -74,8 +73,8 @@ AsyncHandle::Finisher on_device(const HandlePtr& handle, const at::Tensor& tenso
         cudaError_t rc =
             cudaStreamWaitEvent(at::cuda::getCurrentCUDAStream(device).stream(), static_cast<cudaEvent_t>(ev), 0);
         if (rc != cudaSuccess) {
-          throw HorovodError(StatusCode::kInternal, std::string("cudaStreamWaitEvent failed: ") +
-                                                        cudaGetErrorString(rc));
+          throw HorovodError(StatusCode::kInternal,
+                             std::string("cudaStreamWaitEvent failed: ") + cudaGetErrorString(rc));
         }
       }
     }
@@ -177,8 +176,8 @@ AsyncHandle allreduce_async(const at::Tensor& input, const at::Tensor& output, c
   at::Tensor out = output.view(in.sizes());
   const bool same = in.numel() == 0 || in.data_ptr() == out.data_ptr();
   TensorView out_view = make_view(out);
-  HandlePtr handle = horovodlite::allreduce_async(name, same ? out_view : make_view(in), out_view, options,
-                                                  ready_event(in));
+  HandlePtr handle =
+      horovodlite::allreduce_async(name, same ? out_view : make_view(in), out_view, options, ready_event(in));
   keep_alive(handle, {in, out, output});
   return AsyncHandle(handle, on_device(handle, output, [output]() { return output; }));
 }
@@ -205,9 +204,8 @@ AsyncHandle allgather_async(const at::Tensor& tensor, const std::string& name, c
   at::Tensor input = contiguous_input(tensor);
   auto slot = std::make_shared<at::Tensor>();
   TorchReadyEventPtr ready = ready_event(input);
-  HandlePtr handle =
-      horovodlite::allgather_async(name, make_view(input), allocator_into(slot, input.options(), ready),
-                                   AllgatherOptions{process_set}, ready);
+  HandlePtr handle = horovodlite::allgather_async(name, make_view(input), allocator_into(slot, input.options(), ready),
+                                                  AllgatherOptions{process_set}, ready);
   keep_alive(handle, {input});
   return finish_with_slot(handle, slot, input);
 }
@@ -289,14 +287,14 @@ at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name, cons
 namespace {
 
 std::vector<std::string> group_names(const std::vector<std::string>& names, size_t count, const char* what) {
-  check_argument(names.empty() || names.size() == count,
-                 std::string(what) + ": " + std::to_string(names.size()) + " names for " + std::to_string(count) +
-                     " tensors");
+  check_argument(names.empty() || names.size() == count, std::string(what) + ": " + std::to_string(names.size()) +
+                                                             " names for " + std::to_string(count) + " tensors");
   return names.empty() ? std::vector<std::string>(count) : names;
 }
 
-std::vector<AsyncHandle> grouped_allreduce(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names,
-                                           const AllreduceOptions& options, bool in_place) {
+std::vector<AsyncHandle> grouped_allreduce(const std::vector<at::Tensor>& tensors,
+                                           const std::vector<std::string>& names, const AllreduceOptions& options,
+                                           bool in_place) {
   const char* what = in_place ? "grouped_allreduce_" : "grouped_allreduce";
   std::vector<at::Tensor> inputs, outputs;
   std::vector<TensorView> in_views, out_views;
@@ -311,14 +309,14 @@ std::vector<AsyncHandle> grouped_allreduce(const std::vector<at::Tensor>& tensor
     out_views.push_back(make_view(out));
     ready.push_back(ready_event(in));
   }
-  std::vector<HandlePtr> handles = horovodlite::grouped_allreduce_async(
-      group_names(names, tensors.size(), what), in_views, out_views, options, ready);
+  std::vector<HandlePtr> handles = horovodlite::grouped_allreduce_async(group_names(names, tensors.size(), what),
+                                                                        in_views, out_views, options, ready);
   std::vector<AsyncHandle> out;
   for (size_t i = 0; i < handles.size(); ++i) {
     if (i >= tensors.size()) break;
     keep_alive(handles[i], {tensors[i], inputs[i], outputs[i]});
-    AsyncHandle::Finisher finish = in_place ? finish_in_place(tensors[i], inputs[i])
-                                            : AsyncHandle::Finisher([o = outputs[i]]() { return o; });
+    AsyncHandle::Finisher finish =
+        in_place ? finish_in_place(tensors[i], inputs[i]) : AsyncHandle::Finisher([o = outputs[i]]() { return o; });
     out.emplace_back(handles[i], on_device(handles[i], inputs[i], std::move(finish)));
   }
   return out;
@@ -369,9 +367,10 @@ std::vector<AsyncHandle> grouped_allreduce_async_(const std::vector<at::Tensor>&
 std::vector<AsyncHandle> grouped_allgather_async(const std::vector<at::Tensor>& tensors,
                                                  const std::vector<std::string>& names, const ProcessSet& process_set) {
   const auto n = group_names(names, tensors.size(), "grouped_allgather");
-  return grouped_allocating(tensors, "grouped_allgather", [&](const auto& views, const auto& allocs, const auto& ready) {
-    return horovodlite::grouped_allgather_async(n, views, allocs, ready, {}, process_set);
-  });
+  return grouped_allocating(tensors, "grouped_allgather",
+                            [&](const auto& views, const auto& allocs, const auto& ready) {
+                              return horovodlite::grouped_allgather_async(n, views, allocs, ready, {}, process_set);
+                            });
 }
 
 std::vector<AsyncHandle> grouped_reducescatter_async(const std::vector<at::Tensor>& tensors,

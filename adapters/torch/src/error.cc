@@ -3,8 +3,7 @@
 namespace horovodlite {
 namespace torch {
 
-HorovodError::HorovodError(StatusCode code, const std::string& message)
-    : std::runtime_error(message), code_(code) {}
+HorovodError::HorovodError(StatusCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
 
 void throw_if_error(const Status& status) {
   if (!status.ok()) throw HorovodError(status);

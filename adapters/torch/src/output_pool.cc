@@ -43,8 +43,7 @@ at::Tensor OutputPool::take(const at::Tensor& like) {
   at::Tensor fresh = at::empty(like.sizes(), like.options().memory_format(at::MemoryFormat::Contiguous));
   // Make room by dropping unused storages, oldest first; storages in use stay
   // (they leave the pool only when free, so the bounds hold for what it owns).
-  for (size_t i = 0; i < storages_.size() &&
-                     (storages_.size() >= kMaxEntries || bytes_ + nbytes > kMaxBytes);) {
+  for (size_t i = 0; i < storages_.size() && (storages_.size() >= kMaxEntries || bytes_ + nbytes > kMaxBytes);) {
     if (unused(storages_[i])) {
       bytes_ -= storages_[i].nbytes();
       storages_.erase(storages_.begin() + i);

@@ -10,17 +10,38 @@ namespace {
 
 bool lookup(at::ScalarType type, DataType* out) {
   switch (type) {
-    case at::kByte: *out = DataType::kUInt8; return true;
-    case at::kChar: *out = DataType::kInt8; return true;
-    case at::kShort: *out = DataType::kInt16; return true;
-    case at::kInt: *out = DataType::kInt32; return true;
-    case at::kLong: *out = DataType::kInt64; return true;
-    case at::kHalf: *out = DataType::kFloat16; return true;
-    case at::kBFloat16: *out = DataType::kBFloat16; return true;
-    case at::kFloat: *out = DataType::kFloat32; return true;
-    case at::kDouble: *out = DataType::kFloat64; return true;
-    case at::kBool: *out = DataType::kBool; return true;
-    default: return false;
+    case at::kByte:
+      *out = DataType::kUInt8;
+      return true;
+    case at::kChar:
+      *out = DataType::kInt8;
+      return true;
+    case at::kShort:
+      *out = DataType::kInt16;
+      return true;
+    case at::kInt:
+      *out = DataType::kInt32;
+      return true;
+    case at::kLong:
+      *out = DataType::kInt64;
+      return true;
+    case at::kHalf:
+      *out = DataType::kFloat16;
+      return true;
+    case at::kBFloat16:
+      *out = DataType::kBFloat16;
+      return true;
+    case at::kFloat:
+      *out = DataType::kFloat32;
+      return true;
+    case at::kDouble:
+      *out = DataType::kFloat64;
+      return true;
+    case at::kBool:
+      *out = DataType::kBool;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -44,16 +65,26 @@ DataType to_data_type(at::ScalarType type) {
 
 at::ScalarType to_scalar_type(DataType dtype) {
   switch (dtype) {
-    case DataType::kUInt8: return at::kByte;
-    case DataType::kInt8: return at::kChar;
-    case DataType::kInt16: return at::kShort;
-    case DataType::kInt32: return at::kInt;
-    case DataType::kInt64: return at::kLong;
-    case DataType::kFloat16: return at::kHalf;
-    case DataType::kBFloat16: return at::kBFloat16;
-    case DataType::kFloat32: return at::kFloat;
-    case DataType::kFloat64: return at::kDouble;
-    case DataType::kBool: return at::kBool;
+    case DataType::kUInt8:
+      return at::kByte;
+    case DataType::kInt8:
+      return at::kChar;
+    case DataType::kInt16:
+      return at::kShort;
+    case DataType::kInt32:
+      return at::kInt;
+    case DataType::kInt64:
+      return at::kLong;
+    case DataType::kFloat16:
+      return at::kHalf;
+    case DataType::kBFloat16:
+      return at::kBFloat16;
+    case DataType::kFloat32:
+      return at::kFloat;
+    case DataType::kFloat64:
+      return at::kDouble;
+    case DataType::kBool:
+      return at::kBool;
   }
   throw HorovodError(StatusCode::kInvalidArgument, "invalid horovodlite DataType");
 }
@@ -66,8 +97,9 @@ void check_tensor(const at::Tensor& tensor, const std::string& what) {
   const char* supported = "CPU and CUDA tensors";
 #else
   const bool supported_device = tensor.device().is_cpu();
-  const char* supported = "CPU tensors (this build has no CUDA path: it needs horovodlite built with CUDA and a "
-                          "LibTorch with CUDA)";
+  const char* supported =
+      "CPU tensors (this build has no CUDA path: it needs horovodlite built with CUDA and a "
+      "LibTorch with CUDA)";
 #endif
   if (!supported_device) {
     std::ostringstream msg;

@@ -51,15 +51,15 @@ constexpr int kCpuDevice = -1;
 
 enum class StatusCode : uint8_t {
   kOk = 0,
-  kInvalidArgument = 1,   // bad input detected locally (dtype, root, splits, ...)
-  kDuplicateName = 2,     // a name enqueued again while still in flight
-  kMismatch = 3,          // ranks disagree about an operation (from negotiation)
-  kPrecondition = 4,      // used before init / after shutdown
-  kAborted = 5,           // shut down or a peer failed while the op was in flight
-  kTimeout = 6,           // a wait ran out of time (the op is still in flight)
-  kInternal = 7,          // MPI/NCCL/CUDA error
+  kInvalidArgument = 1,  // bad input detected locally (dtype, root, splits, ...)
+  kDuplicateName = 2,    // a name enqueued again while still in flight
+  kMismatch = 3,         // ranks disagree about an operation (from negotiation)
+  kPrecondition = 4,     // used before init / after shutdown
+  kAborted = 5,          // shut down or a peer failed while the op was in flight
+  kTimeout = 6,          // a wait ran out of time (the op is still in flight)
+  kInternal = 7,         // MPI/NCCL/CUDA error
   kUnimplemented = 8,
-  kInProgress = 9,        // handle not completed yet
+  kInProgress = 9,  // handle not completed yet
 };
 
 class Status {
@@ -91,10 +91,10 @@ class Status {
 const char* status_code_name(StatusCode code);
 
 // Evaluates a Status expression and returns it from the enclosing function if it failed.
-#define HVL_RETURN_IF_ERROR(expr)                 \
-  do {                                            \
-    ::horovodlite::Status hvl_status_ = (expr);   \
-    if (!hvl_status_.ok()) return hvl_status_;    \
+#define HVL_RETURN_IF_ERROR(expr)               \
+  do {                                          \
+    ::horovodlite::Status hvl_status_ = (expr); \
+    if (!hvl_status_.ok()) return hvl_status_;  \
   } while (0)
 
 using Shape = std::vector<int64_t>;

@@ -240,7 +240,6 @@ struct Stats {
 // This rank's counters since init.
 Stats stats();
 
-
 // The configuration in force (valid while initialised).
 const Config& config();
 

@@ -78,7 +78,8 @@ Status DeviceContext::ensure(int device) {
     local = cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   }
   Status s = agree_across_ranks(mpi_.comm(), local, "device set-up", "its GPU could not be set up");
-  if (s.ok() && config_.gpu_operations == Config::GpuOperations::kNccl) s = NcclComm::create(mpi_.comm(), device, &comm_);
+  if (s.ok() && config_.gpu_operations == Config::GpuOperations::kNccl)
+    s = NcclComm::create(mpi_.comm(), device, &comm_);
   if (!s.ok()) {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     stream_ = nullptr;

@@ -1,11 +1,11 @@
-#include "cuda/kernels.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cuda/std/limits>
+
+#include "cuda/kernels.h"
 
 namespace horovodlite {
 namespace cuda {
@@ -19,13 +19,16 @@ struct Batch {
 };
 
 // ---- element conversions (one overload set, so the kernels stay generic) ----
-template <class T> struct Tag {};
+template <class T>
+struct Tag {};
 
 __device__ inline float to_math(__half x, Tag<float>) { return __half2float(x); }
 __device__ inline double to_math(__half x, Tag<double>) { return static_cast<double>(__half2float(x)); }
 __device__ inline float to_math(__nv_bfloat16 x, Tag<float>) { return __bfloat162float(x); }
 template <class T, class M>
-__device__ inline M to_math(T x, Tag<M>) { return static_cast<M>(x); }
+__device__ inline M to_math(T x, Tag<M>) {
+  return static_cast<M>(x);
+}
 
 __device__ inline void from_math(float m, __half* out) { *out = __float2half_rn(m); }
 __device__ inline void from_math(double m, __half* out) { *out = __double2half(m); }
@@ -37,10 +40,14 @@ template <class I>
 __device__ inline void from_math(double p, I* out) {
   constexpr double kLo = static_cast<double>(::cuda::std::numeric_limits<I>::min());
   constexpr double kHi = static_cast<double>(::cuda::std::numeric_limits<I>::max());
-  if (p != p) *out = 0;
-  else if (p <= kLo) *out = ::cuda::std::numeric_limits<I>::min();
-  else if (p >= kHi) *out = ::cuda::std::numeric_limits<I>::max();
-  else *out = static_cast<I>(p);
+  if (p != p)
+    *out = 0;
+  else if (p <= kLo)
+    *out = ::cuda::std::numeric_limits<I>::min();
+  else if (p >= kHi)
+    *out = ::cuda::std::numeric_limits<I>::max();
+  else
+    *out = static_cast<I>(p);
 }
 
 // dst[i] = Out(M(src[i]) * factor) for the task blockIdx.y.
@@ -128,16 +135,26 @@ cudaError_t batched_scale_copy(const CopyTask* tasks, int n, DataType dtype, dou
   if (factor == 1.0) return launch_copy(tasks, n, dtype_size(dtype), stream);
   const float f = static_cast<float>(factor);
   switch (dtype) {
-    case DataType::kUInt8: return launch_convert<uint8_t, uint8_t, double>(tasks, n, factor, stream);
-    case DataType::kInt8: return launch_convert<int8_t, int8_t, double>(tasks, n, factor, stream);
-    case DataType::kInt16: return launch_convert<int16_t, int16_t, double>(tasks, n, factor, stream);
-    case DataType::kInt32: return launch_convert<int32_t, int32_t, double>(tasks, n, factor, stream);
-    case DataType::kInt64: return launch_convert<int64_t, int64_t, double>(tasks, n, factor, stream);
-    case DataType::kFloat16: return launch_convert<__half, __half, float>(tasks, n, f, stream);
-    case DataType::kBFloat16: return launch_convert<__nv_bfloat16, __nv_bfloat16, float>(tasks, n, f, stream);
-    case DataType::kFloat32: return launch_convert<float, float, float>(tasks, n, f, stream);
-    case DataType::kFloat64: return launch_convert<double, double, double>(tasks, n, factor, stream);
-    case DataType::kBool: return launch_copy(tasks, n, 1, stream);  // bool is never scaled
+    case DataType::kUInt8:
+      return launch_convert<uint8_t, uint8_t, double>(tasks, n, factor, stream);
+    case DataType::kInt8:
+      return launch_convert<int8_t, int8_t, double>(tasks, n, factor, stream);
+    case DataType::kInt16:
+      return launch_convert<int16_t, int16_t, double>(tasks, n, factor, stream);
+    case DataType::kInt32:
+      return launch_convert<int32_t, int32_t, double>(tasks, n, factor, stream);
+    case DataType::kInt64:
+      return launch_convert<int64_t, int64_t, double>(tasks, n, factor, stream);
+    case DataType::kFloat16:
+      return launch_convert<__half, __half, float>(tasks, n, f, stream);
+    case DataType::kBFloat16:
+      return launch_convert<__nv_bfloat16, __nv_bfloat16, float>(tasks, n, f, stream);
+    case DataType::kFloat32:
+      return launch_convert<float, float, float>(tasks, n, f, stream);
+    case DataType::kFloat64:
+      return launch_convert<double, double, double>(tasks, n, factor, stream);
+    case DataType::kBool:
+      return launch_copy(tasks, n, 1, stream);  // bool is never scaled
   }
   return cudaErrorInvalidValue;
 }

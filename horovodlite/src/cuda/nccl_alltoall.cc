@@ -34,7 +34,8 @@ Status NcclAlltoall::enqueue(const OpArgs& args) {
                         "cudaMemcpyAsync (alltoall to self)");
       }
     } else {
-      if (sb > 0) s = nccl_status(ncclSend(byte_offset(e.input.data, send_off), sb, ncclUint8, p, comm, stream), "ncclSend");
+      if (sb > 0)
+        s = nccl_status(ncclSend(byte_offset(e.input.data, send_off), sb, ncclUint8, p, comm, stream), "ncclSend");
       if (s.ok() && rb > 0) {
         s = nccl_status(ncclRecv(byte_offset(out.data, recv_off), rb, ncclUint8, p, comm, stream), "ncclRecv");
       }

@@ -33,20 +33,40 @@ NcclComm::~NcclComm() {
 
 bool nccl_reduce_type(DataType dtype, ReduceOp op, ncclDataType_t* type, ncclRedOp_t* nccl_op) {
   switch (op) {
-    case ReduceOp::kMin: *nccl_op = ncclMin; break;
-    case ReduceOp::kMax: *nccl_op = ncclMax; break;
-    case ReduceOp::kProduct: *nccl_op = ncclProd; break;
+    case ReduceOp::kMin:
+      *nccl_op = ncclMin;
+      break;
+    case ReduceOp::kMax:
+      *nccl_op = ncclMax;
+      break;
+    case ReduceOp::kProduct:
+      *nccl_op = ncclProd;
+      break;
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: *nccl_op = ncclSum; break;
-    default: return false;
+    case ReduceOp::kAverage:
+      *nccl_op = ncclSum;
+      break;
+    default:
+      return false;
   }
   switch (dtype) {
-    case DataType::kUInt8: *type = ncclUint8; return true;
-    case DataType::kInt8: *type = ncclInt8; return true;
-    case DataType::kInt16: return false;
-    case DataType::kInt32: *type = ncclInt32; return true;
-    case DataType::kInt64: *type = ncclInt64; return true;
-    case DataType::kFloat16: *type = ncclFloat16; return true;
+    case DataType::kUInt8:
+      *type = ncclUint8;
+      return true;
+    case DataType::kInt8:
+      *type = ncclInt8;
+      return true;
+    case DataType::kInt16:
+      return false;
+    case DataType::kInt32:
+      *type = ncclInt32;
+      return true;
+    case DataType::kInt64:
+      *type = ncclInt64;
+      return true;
+    case DataType::kFloat16:
+      *type = ncclFloat16;
+      return true;
     case DataType::kBFloat16:
 #if NCCL_VERSION_CODE >= 21000
       *type = ncclBfloat16;
@@ -54,8 +74,12 @@ bool nccl_reduce_type(DataType dtype, ReduceOp op, ncclDataType_t* type, ncclRed
 #else
       return false;
 #endif
-    case DataType::kFloat32: *type = ncclFloat32; return true;
-    case DataType::kFloat64: *type = ncclFloat64; return true;
+    case DataType::kFloat32:
+      *type = ncclFloat32;
+      return true;
+    case DataType::kFloat64:
+      *type = ncclFloat64;
+      return true;
     case DataType::kBool:
       *type = ncclUint8;
       *nccl_op = (op == ReduceOp::kMin || op == ReduceOp::kProduct) ? ncclMin : ncclMax;

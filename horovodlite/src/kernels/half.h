@@ -40,7 +40,7 @@ inline uint16_t float_to_half_scalar(float f) {
     return static_cast<uint16_t>(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
   }
   if (x >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to inf
-  if (x >= 0x38800000u) {                      // normal half (>= 2^-14)
+  if (x >= 0x38800000u) {                       // normal half (>= 2^-14)
     const uint32_t odd = (x >> 13) & 1u;
     x += 0xc8000fffu + odd;  // rebias the exponent by -112, add the rounding bias
     return static_cast<uint16_t>(sign | (x >> 13));

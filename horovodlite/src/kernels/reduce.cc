@@ -253,8 +253,7 @@ void scalar_scale_copy(void* dst, const void* src, int64_t count, DataType dtype
     case DataType::kFloat16:
       return scale_16<half_to_float_scalar, float_to_half_scalar>(dst, src, count, static_cast<float>(factor));
     case DataType::kBFloat16:
-      return scale_16<bfloat16_to_float_scalar, float_to_bfloat16_scalar>(dst, src, count,
-                                                                         static_cast<float>(factor));
+      return scale_16<bfloat16_to_float_scalar, float_to_bfloat16_scalar>(dst, src, count, static_cast<float>(factor));
     case DataType::kFloat32:
       return scale_float<float>(dst, src, count, static_cast<float>(factor));
     case DataType::kFloat64:

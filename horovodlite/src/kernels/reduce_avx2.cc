@@ -29,11 +29,11 @@ namespace {
 // unsigned type used for wrapping integer arithmetic.
 template <class T>
 struct Vec;
-#define HVL_VEC(T, U)                                              \
-  template <>                                                      \
-  struct Vec<T> {                                                  \
-    typedef T type __attribute__((vector_size(32)));               \
-    typedef U utype __attribute__((vector_size(32)));              \
+#define HVL_VEC(T, U)                                               \
+  template <>                                                       \
+  struct Vec<T> {                                                   \
+    typedef T type __attribute__((vector_size(32)));                \
+    typedef U utype __attribute__((vector_size(32)));               \
     static constexpr int kLanes = static_cast<int>(32 / sizeof(T)); \
   };
 HVL_VEC(uint8_t, uint8_t)
@@ -201,8 +201,8 @@ void reduce_bf16_vec(void* dst, const void* src_a, const void* src, int64_t n, D
   for (; i + 16 <= n; i += 16) {
     const __m256i dv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
     const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256 even = Op::apply(_mm256_castsi256_ps(_mm256_slli_epi32(dv, 16)),
-                                  _mm256_castsi256_ps(_mm256_slli_epi32(sv, 16)));
+    const __m256 even =
+        Op::apply(_mm256_castsi256_ps(_mm256_slli_epi32(dv, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(sv, 16)));
     const __m256 odd = Op::apply(_mm256_castsi256_ps(_mm256_and_si256(dv, high_mask)),
                                  _mm256_castsi256_ps(_mm256_and_si256(sv, high_mask)));
     const __m256i merged = _mm256_blend_epi16(_mm256_srli_epi32(round(even), 16), round(odd), 0xaa);
@@ -315,8 +315,7 @@ inline __m128 pd_to_ps_round_odd(__m256d x) {
   const __m256d overshot = _mm256_cmp_pd(_mm256_and_pd(back, abs_mask), _mm256_and_pd(x, abs_mask), _CMP_GT_OQ);
   const __m256d inexact = _mm256_cmp_pd(back, x, _CMP_NEQ_OQ);
   const __m256i low_dwords = _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0);
-  const __m128i over32 =
-      _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(overshot), low_dwords));
+  const __m128i over32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(overshot), low_dwords));
   const __m128i inexact32 =
       _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), low_dwords));
   __m128i bits = _mm_add_epi32(_mm_castps_si128(f), over32);  // one ulp toward zero where rounded away
@@ -361,8 +360,7 @@ void reduce_half_f64(double* d, const double* a, const uint16_t* s, uint16_t* ou
     const __m256d r0 = Op::apply(_mm256_loadu_pd(a + i), _mm256_cvtps_pd(_mm256_castps256_ps128(w)));
     const __m256d r1 = Op::apply(_mm256_loadu_pd(a + i + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
     if constexpr (kRound || kOut) {
-      const __m256 f = _mm256_insertf128_ps(_mm256_castps128_ps256(pd_to_ps_round_odd(r0)),
-                                            pd_to_ps_round_odd(r1), 1);
+      const __m256 f = _mm256_insertf128_ps(_mm256_castps128_ps256(pd_to_ps_round_odd(r0)), pd_to_ps_round_odd(r1), 1);
       const __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       if constexpr (kRound) {
         const __m256 back = _mm256_cvtph_ps(h);

@@ -24,8 +24,10 @@ int64_t total_elements(const Response& r) {
 // conversion, so that a predivide factor can keep large values within fp16 range.
 void to_half(uint16_t* dst, const void* src, int64_t n, DataType dtype, double factor) {
   if (factor == 1.0) {
-    if (dtype == DataType::kFloat32) kernels::float_to_half_n(dst, static_cast<const float*>(src), n);
-    else kernels::double_to_half_n(dst, static_cast<const double*>(src), n);
+    if (dtype == DataType::kFloat32)
+      kernels::float_to_half_n(dst, static_cast<const float*>(src), n);
+    else
+      kernels::double_to_half_n(dst, static_cast<const double*>(src), n);
     return;
   }
   constexpr int64_t kChunk = 2048;
@@ -34,16 +36,20 @@ void to_half(uint16_t* dst, const void* src, int64_t n, DataType dtype, double f
   for (int64_t i = 0; i < n; i += kChunk) {
     const int64_t m = std::min(kChunk, n - i);
     kernels::scale_copy(scratch, static_cast<const char*>(src) + i * elem, m, dtype, factor);
-    if (dtype == DataType::kFloat32) kernels::float_to_half_n(dst + i, reinterpret_cast<const float*>(scratch), m);
-    else kernels::double_to_half_n(dst + i, scratch, m);
+    if (dtype == DataType::kFloat32)
+      kernels::float_to_half_n(dst + i, reinterpret_cast<const float*>(scratch), m);
+    else
+      kernels::double_to_half_n(dst + i, scratch, m);
   }
 }
 
 // fp16 -> dst (float32 or float64), then * factor rounded to fp16 (Horovod
 // scales the fp16 buffer: the result is an fp16 value).
 void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double factor) {
-  if (dtype == DataType::kFloat32) kernels::half_to_float_n(static_cast<float*>(dst), src, n);
-  else kernels::half_to_double_n(static_cast<double*>(dst), src, n);
+  if (dtype == DataType::kFloat32)
+    kernels::half_to_float_n(static_cast<float*>(dst), src, n);
+  else
+    kernels::half_to_double_n(static_cast<double*>(dst), src, n);
   kernels::scale_as_half(dst, n, dtype, factor);
 }
 
@@ -112,8 +118,8 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
 
   const FusionLayout layout(r);
   char* buf = static_cast<char*>(fusion_->get(std::max<size_t>(total * elem, 1)));
-  if (buf == nullptr) return Status::Internal("out of memory allocating a fusion buffer of " +
-                                              std::to_string(total * elem) + " bytes");
+  if (buf == nullptr)
+    return Status::Internal("out of memory allocating a fusion buffer of " + std::to_string(total * elem) + " bytes");
   {
     ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");
     std::vector<std::pair<void*, int64_t>> zeros;

@@ -18,8 +18,7 @@ namespace horovodlite {
 class HostAllreduce : public Algorithm {
  public:
   // `fusion`: the host fusion buffer every host algorithm shares.
-  HostAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion)
-      : mpi_(mpi), fusion_(std::move(fusion)) {}
+  HostAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion) : mpi_(mpi), fusion_(std::move(fusion)) {}
 
   // Asks accepts() with the bytes that travel (2 per element with fp16 compression).
   bool enabled(const Response& response) const final;

@@ -13,8 +13,8 @@ Status MpiAllgather::allgather(const Response& r, TensorEntry& e) {
   TensorView out;
   HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_.comm(), Status::OK(), &out));
   MPI_Datatype t = MpiContext::move_type(r.dtype);
-  HVL_MPI_CHECK(MPI_Allgatherv(e.input.data, counts[mpi_.rank()], t, out.data, counts.data(), displs.data(), t,
-                               mpi_.comm()));
+  HVL_MPI_CHECK(
+      MPI_Allgatherv(e.input.data, counts[mpi_.rank()], t, out.data, counts.data(), displs.data(), t, mpi_.comm()));
   e.handle->set_output(out);
   return Status::OK();
 }

@@ -18,8 +18,8 @@ Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e) {
   std::vector<int> icounts, displs;
   HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, counts, &icounts, &displs));
   TensorView out;
-  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, mpi_.rank())),
-                                      mpi_.comm(), Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, mpi_.rank())), mpi_.comm(),
+                                      Status::OK(), &out));
   char* tmp = static_cast<char*>(fusion_->get(std::max<size_t>(total * elem, 1)));
   if (tmp == nullptr) return Status::Internal("out of memory allocating a reducescatter buffer");
   kernels::scale_copy(tmp, e.input.data, total, r.dtype, r.prescale);

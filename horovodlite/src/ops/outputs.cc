@@ -37,7 +37,8 @@ Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts
   int64_t off = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
     if (counts[i] > INT_MAX || off > INT_MAX) {
-      return Status::InvalidArgument("tensor '" + name + "' is too large for this collective: MPI counts and offsets "
+      return Status::InvalidArgument("tensor '" + name +
+                                     "' is too large for this collective: MPI counts and offsets "
                                      "are limited to 2^31-1 elements per rank");
     }
     (*out)[i] = static_cast<int>(counts[i]);

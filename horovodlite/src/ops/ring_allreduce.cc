@@ -175,16 +175,16 @@ Status RingAllreduce::run(const void* in, void* out, int64_t count, DataType dty
 Status RingAllreduce::post_send(const uint8_t* in, const uint8_t* out, int64_t i) {
   const Segment& s = send_segments_[i];
   const uint8_t* base = i < send_step_start_[1] ? in : out;
-  HVL_MPI_CHECK(MPI_Isend(base + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_,
-                         &send_requests_[i]));
+  HVL_MPI_CHECK(
+      MPI_Isend(base + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_, &send_requests_[i]));
   sends_posted_ = i + 1;
   return Status::OK();
 }
 
 Status RingAllreduce::post_recv(uint8_t* out, int64_t k) {
   const Segment& r = recv_segments_[k];
-  uint8_t* dst = r.guard < 0 ? scratch_.get() + (k % options_.pipeline_depth) * scratch_slot_bytes_
-                             : out + r.byte_offset;
+  uint8_t* dst =
+      r.guard < 0 ? scratch_.get() + (k % options_.pipeline_depth) * scratch_slot_bytes_ : out + r.byte_offset;
   HVL_MPI_CHECK(MPI_Irecv(dst, r.bytes, MPI_BYTE, mod(rank_ - 1, size_), tag_of(k), comm_, &recv_requests_[k]));
   return Status::OK();
 }
@@ -269,7 +269,7 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
 // neighbour needs is held back for a slot; receives are always posted ahead
 // (their slots free up in processing order), hence no cycle of waits.
 Status RingAllreduce::run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                                   double postscale) {
+                                    double postscale) {
   HVL_RETURN_IF_ERROR(init_status_);
   if (count < 0) return Status::InvalidArgument("RingAllreduce: negative count " + std::to_string(count));
   if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) {
@@ -334,8 +334,8 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
     return Status::OK();
   };
   auto isend = [&](int64_t i) -> Status {
-    HVL_MPI_CHECK(MPI_Isend(send_slot(i), send_segments_[i].bytes, MPI_BYTE, right, tag_of(i), comm_,
-                                &send_requests_[i]));
+    HVL_MPI_CHECK(
+        MPI_Isend(send_slot(i), send_segments_[i].bytes, MPI_BYTE, right, tag_of(i), comm_, &send_requests_[i]));
     sends_posted_ = i + 1;
     return Status::OK();
   };
@@ -360,8 +360,8 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
   int64_t next_recv = 0;
   for (int64_t k = 0; k < nrecv; ++k) {
     for (; next_recv < std::min(nrecv, k + depth); ++next_recv) {
-      HVL_MPI_CHECK(MPI_Irecv(recv_slot(next_recv), recv_segments_[next_recv].bytes, MPI_BYTE, left,
-                                  tag_of(next_recv), comm_, &recv_requests_[next_recv]));
+      HVL_MPI_CHECK(MPI_Irecv(recv_slot(next_recv), recv_segments_[next_recv].bytes, MPI_BYTE, left, tag_of(next_recv),
+                              comm_, &recv_requests_[next_recv]));
     }
     HVL_RETURN_IF_ERROR(pump_sends(k));
     // Wait for receive k, or for the send whose slot the next ready send needs.
@@ -386,8 +386,7 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
       if (free) forward = send_slot(r.forward);
     }
     if (k < gather_begin) {  // reduce-scatter; the last step rounds the owned chunk to half
-      kernels::reduce_half(values(r), at(in, r), received, forward, n, dtype, op,
-                           k >= last_scatter_begin);
+      kernels::reduce_half(values(r), at(in, r), received, forward, n, dtype, op, k >= last_scatter_begin);
     } else if (postscale == 1.0) {
       kernels::from_half_n_streaming(values(r), received, n, dtype);  // final values: not read again here
     } else {

@@ -86,8 +86,7 @@ class RingAllreduce {
   // The same into `out` (same rules as the out-of-place run()), then scaled:
   // out = widen(fp16 result) * postscale in the buffer's type, on every rank
   // (the half on the wire is never scaled).
-  Status run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                       double postscale = 1.0);
+  Status run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale = 1.0);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -105,8 +104,7 @@ class RingAllreduce {
   };
 
   // Appends the segments of chunk `chunk` to `out`.
-  void append_segments(std::vector<Segment>* out, int chunk, int64_t count, int64_t esize,
-                       int64_t seg_elems) const;
+  void append_segments(std::vector<Segment>* out, int chunk, int64_t count, int64_t esize, int64_t seg_elems) const;
   // Builds the segment schedule; fails if it needs more segments than MPI can count.
   Status plan(int64_t count, int64_t esize);
   Status ensure_scratch(int64_t slot_bytes, int slots);
@@ -126,8 +124,8 @@ class RingAllreduce {
   Status init_status_;
 
   // Persistent state, grown as needed and reused by every run().
-  std::vector<Segment> recv_segments_;  // in the order they arrive from the left
-  std::vector<Segment> send_segments_;  // in the order they leave to the right
+  std::vector<Segment> recv_segments_;    // in the order they arrive from the left
+  std::vector<Segment> send_segments_;    // in the order they leave to the right
   std::vector<int64_t> send_step_start_;  // index of each step's first send segment, plus the end
   std::vector<int64_t> recv_step_start_;  // likewise for the receive segments
   std::vector<MPI_Request> recv_requests_;

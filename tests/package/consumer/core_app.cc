@@ -1,4 +1,5 @@
 #include <horovodlite/horovodlite.h>
+
 #include <cstdio>
 int main() {
   namespace hvl = horovodlite;

@@ -33,8 +33,7 @@ void broadcast_parameters(const ::torch::nn::Module& module, int root_rank, cons
 // optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, LBFGS) and for user
 // optimizers that implement save()/load() and OptimizerOptions::serialize().
 // All ranks' optimizers must have the same param-group structure.
-void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_rank,
-                               const ProcessSet& process_set = {});
+void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_rank, const ProcessSet& process_set = {});
 inline void broadcast_optimizer_state(DistributedOptimizer& optimizer, int root_rank,
                                       const ProcessSet& process_set = {}) {
   broadcast_optimizer_state(optimizer.optimizer(), root_rank, process_set);

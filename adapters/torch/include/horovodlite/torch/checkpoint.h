@@ -56,16 +56,14 @@ struct CheckpointOptions {
 };
 
 // The function checkpoint() recomputes: tensors in, tensors out.
-using CheckpointFunction =
-    std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+using CheckpointFunction = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
 // The core entry point. Returns fn(inputs); the outputs that require grad are
 // connected to the inputs and to every tensor requiring grad that fn read. Under
 // no-grad or inference mode it simply returns fn(inputs). Inputs may be undefined
 // tensors, may or may not require grad; outputs may be undefined or not
 // differentiable (integer tensors, tensors that do not require grad).
-std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn,
-                                   std::vector<at::Tensor> inputs,
+std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, std::vector<at::Tensor> inputs,
                                    const CheckpointOptions& options = {});
 
 namespace detail {
@@ -96,8 +94,7 @@ template <typename... Ts>
 struct CheckpointResult<std::tuple<Ts...>> {
   static_assert(AllTensors<Ts...>::value, "checkpoint: a tuple result must hold only at::Tensor");
   static std::vector<at::Tensor> to_vector(std::tuple<Ts...> r) {
-    return std::apply([](auto&&... t) { return std::vector<at::Tensor>{std::move(t)...}; },
-                      std::move(r));
+    return std::apply([](auto&&... t) { return std::vector<at::Tensor>{std::move(t)...}; }, std::move(r));
   }
   static std::tuple<Ts...> from_vector(std::vector<at::Tensor> v) {
     return from_vector(std::move(v), std::index_sequence_for<Ts...>{});
@@ -114,9 +111,8 @@ auto call_with_vector(Fn& fn, const std::vector<at::Tensor>& v, std::index_seque
 }
 
 template <typename Fn, typename... Ts>
-using VariadicResult =
-    std::enable_if_t<AllTensors<Ts...>::value && sizeof...(Ts) >= 1,
-                     std::decay_t<std::invoke_result_t<Fn&, const std::decay_t<Ts>&...>>>;
+using VariadicResult = std::enable_if_t<AllTensors<Ts...>::value && sizeof...(Ts) >= 1,
+                                        std::decay_t<std::invoke_result_t<Fn&, const std::decay_t<Ts>&...>>>;
 
 }  // namespace detail
 
@@ -127,15 +123,13 @@ using VariadicResult =
 //   auto [a, b] = checkpoint([&](const at::Tensor& x, const at::Tensor& m) {
 //     return std::make_tuple(f(x, m), g(x)); }, x, mask);
 template <typename Fn, typename... Ts>
-detail::VariadicResult<Fn, Ts...> checkpoint(const CheckpointOptions& options, Fn fn,
-                                             Ts&&... inputs) {
+detail::VariadicResult<Fn, Ts...> checkpoint(const CheckpointOptions& options, Fn fn, Ts&&... inputs) {
   using R = detail::VariadicResult<Fn, Ts...>;
   CheckpointFunction wrapped = [fn = std::move(fn)](const std::vector<at::Tensor>& v) mutable {
-    return detail::CheckpointResult<R>::to_vector(
-        detail::call_with_vector(fn, v, std::index_sequence_for<Ts...>{}));
+    return detail::CheckpointResult<R>::to_vector(detail::call_with_vector(fn, v, std::index_sequence_for<Ts...>{}));
   };
-  return detail::CheckpointResult<R>::from_vector(checkpoint(
-      wrapped, std::vector<at::Tensor>{std::forward<Ts>(inputs)...}, options));
+  return detail::CheckpointResult<R>::from_vector(
+      checkpoint(wrapped, std::vector<at::Tensor>{std::forward<Ts>(inputs)...}, options));
 }
 
 template <typename Fn, typename... Ts>
@@ -147,8 +141,8 @@ detail::VariadicResult<Fn, Ts...> checkpoint(Fn fn, Ts&&... inputs) {
 // `segments` runs of size() / segments modules (the last one takes the rest),
 // checkpoints each run but the last and runs the last one normally.
 // Throws std::invalid_argument unless 1 <= segments <= sequential->size().
-at::Tensor checkpoint_sequential(::torch::nn::Sequential sequential, int segments,
-                                 at::Tensor input, bool preserve_rng_state = true);
+at::Tensor checkpoint_sequential(::torch::nn::Sequential sequential, int segments, at::Tensor input,
+                                 bool preserve_rng_state = true);
 
 // A module that runs the module it wraps under checkpoint() in training mode with
 // grad enabled, and plainly otherwise (eval mode, no-grad, inference). The wrapped
@@ -156,8 +150,7 @@ at::Tensor checkpoint_sequential(::torch::nn::Sequential sequential, int segment
 // train()/eval() and to(). It must have forward(at::Tensor) -> at::Tensor.
 class CheckpointWrapperImpl : public ::torch::nn::Module {
  public:
-  explicit CheckpointWrapperImpl(::torch::nn::AnyModule module,
-                                 CheckpointOptions options = {});
+  explicit CheckpointWrapperImpl(::torch::nn::AnyModule module, CheckpointOptions options = {});
 
   at::Tensor forward(const at::Tensor& input);
 

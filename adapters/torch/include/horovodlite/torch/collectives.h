@@ -58,9 +58,9 @@ at::Tensor allgather(const at::Tensor& tensor, const std::string& name = "", con
 AsyncHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name = "",
                             const ProcessSet& process_set = {});
 AsyncHandle broadcast_async_(const at::Tensor& tensor, int root_rank, const std::string& name = "",
-                            const ProcessSet& process_set = {});
+                             const ProcessSet& process_set = {});
 at::Tensor broadcast(const at::Tensor& tensor, int root_rank, const std::string& name = "",
-                      const ProcessSet& process_set = {});
+                     const ProcessSet& process_set = {});
 at::Tensor broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name = "",
                       const ProcessSet& process_set = {});
 
@@ -72,8 +72,8 @@ struct AlltoallResult {
 };
 AsyncHandle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits = {},
                            const std::string& name = "", const ProcessSet& process_set = {});
-AlltoallResult alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits = {},
-                        const std::string& name = "", const ProcessSet& process_set = {});
+AlltoallResult alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits = {}, const std::string& name = "",
+                        const ProcessSet& process_set = {});
 
 // ---- reducescatter: reduce, then rank r keeps its block of dim 0 ----
 AsyncHandle reducescatter_async(const at::Tensor& tensor, const std::string& name = "",

@@ -21,7 +21,6 @@
 #include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
-
 #include <torch/optim/optimizer.h>
 
 #include <memory>
