@@ -21,8 +21,8 @@ See docs/benchmarks_python.md.
 import argparse
 import csv
 import json
-import resource
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -164,7 +164,7 @@ def run_one(args, cfg, tmpdir, idx):
         ["%s=%s" % kv for kv in sorted(cfg["env"].items())] + cmd)), flush=True)
     busy0, ours0, t0 = busy_cpu_seconds(), children_cpu_seconds(), time.time()
     proc = subprocess.run(cmd, env=env, timeout=args.timeout, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True)
+                          stderr=subprocess.STDOUT, text=True)
     busy1, ours1, wall = busy_cpu_seconds(), children_cpu_seconds(), time.time() - t0
     if proc.returncode != 0 or not os.path.exists(out):
         sys.stderr.write(proc.stdout)
@@ -198,7 +198,7 @@ def run_quiet(args, cfg, tmpdir, idx):
 def summarize(runs):
     """The median run (by samples/s) of each label."""
     rows = []
-    for label, rs in runs.items():
+    for _label, rs in runs.items():
         rs = sorted(rs, key=lambda r: r["samples_per_s"])
         row = dict(rs[len(rs) // 2])
         row["samples_per_s_all"] = [round(r["samples_per_s"], 1) for r in rs]
@@ -252,7 +252,8 @@ def print_table(rows):
 def write_csv(path, rows):
     keys = ["label", "backend", "np", "threads_per_rank", "batch_size_per_rank", "steps", "params",
             "samples_per_s_median", "samples_per_s_all", "step_ms", "fwd_ms", "bwd_ms", "opt_step_ms",
-            "main_cpu_ms", "other_cpu_ms", "page_faults_per_step", "efficiency", "vs_ddp", "param_max_diff", "foreign_load", "compression", "env"]
+            "main_cpu_ms", "other_cpu_ms", "page_faults_per_step", "efficiency", "vs_ddp", "param_max_diff",
+            "foreign_load", "compression", "env"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(keys)
@@ -337,7 +338,7 @@ def main(argv):
     runs = {c["label"]: [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="train_bench_") as tmpdir:
         idx = 0
-        for rep in range(args.repeats):
+        for _rep in range(args.repeats):
             for cfg in configs:
                 runs[cfg["label"]].append(run_quiet(args, cfg, tmpdir, idx))
                 idx += 1

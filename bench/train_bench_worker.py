@@ -15,8 +15,8 @@ JSON result to --out.
 
 import argparse
 import json
-import resource
 import os
+import resource
 import statistics
 import sys
 import time
@@ -66,7 +66,7 @@ def make_mlp(args):
     return nn.Sequential(*mods)
 
 
-class Comm(object):
+class Comm:
     """The few collectives the harness needs, for each backend."""
 
     def __init__(self, backend):

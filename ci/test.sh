@@ -12,6 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install_deps.sh
+HVL_TORCH=pypi bash ci/setup_venv.sh
+bash ci/lint.sh
 WHICH="${HVL_TEST_TORCH:-both}"
 # The suites that depend on torch: LibTorch adapter, checkpointing, train, Python.
 TORCH_SUITES='^(torch_|distributed_optimizer_|broadcast_state_|checkpoint_dp_|train_save_resume|py_)'

@@ -13,12 +13,11 @@ import argparse
 import os
 import time
 
+import horovodlite.torch as hvd
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
-
-import horovodlite.torch as hvd
 
 FEATURES = 32
 CLASSES = 10

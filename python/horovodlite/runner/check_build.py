@@ -35,7 +35,7 @@ def thread_level(mpirun_argv, timeout_s=120):
     cmd = list(mpirun_argv) + [sys.executable, "-m", "horovodlite.runner.check_build", "--thread-level"]
     try:
         out = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             timeout=timeout_s, universal_newlines=True)
+                             timeout=timeout_s, text=True)
     except (OSError, subprocess.TimeoutExpired) as e:
         return "unknown (a one-rank job failed: %s)" % e
     for line in out.stdout.splitlines():
@@ -89,6 +89,7 @@ def check_build(mpirun_argv):
     """Prints the report; returns the exit code."""
     try:
         import torch
+
         from horovodlite.torch import _C
     except ImportError as e:
         print("horovodlite-run --check-build: cannot import horovodlite.torch (%s); is it built and on "

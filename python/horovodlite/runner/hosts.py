@@ -30,7 +30,7 @@ def parse_hostfile(path):
         with open(path) as f:
             lines = f.read().splitlines()
     except OSError as e:
-        raise HostsError("--hostfile %s: %s" % (path, e.strerror or e))
+        raise HostsError("--hostfile %s: %s" % (path, e.strerror or e)) from e
     hosts = []
     for number, line in enumerate(lines, 1):
         line = line.split("#", 1)[0].strip()

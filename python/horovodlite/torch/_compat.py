@@ -25,7 +25,7 @@ _BACKWARD_CODE = torch.autograd.backward.__code__
 _current_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
 
 
-class _AccumulatorHook(object):
+class _AccumulatorHook:
     """A hook on a grad accumulator node, which holds the node: nodes are kept
     alive only by the graph, and a parameter's accumulator by nothing else."""
 

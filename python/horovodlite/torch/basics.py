@@ -237,11 +237,11 @@ def start_timeline(file_path, mark_cycles=False):
     _checked(lambda: None)
     if not _C.timeline_built and not _timeline_warned:
         _timeline_warned = True
-        warnings.warn("horovodlite was built without timeline support: start_timeline() is a no-op")
+        warnings.warn("horovodlite was built without timeline support: start_timeline() is a no-op", stacklevel=2)
     try:
         _C.start_timeline(file_path, bool(mark_cycles))
     except RuntimeError as e:  # e.g. a timeline to another file is already running
-        raise ValueError(str(e))
+        raise ValueError(str(e)) from e
 
 
 def stop_timeline():

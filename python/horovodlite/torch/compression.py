@@ -3,7 +3,7 @@
 import torch
 
 
-class Compressor(object):
+class Compressor:
     """Interface for compressing and decompressing a given tensor."""
 
     @staticmethod
@@ -47,7 +47,7 @@ class FP16Compressor(Compressor):
         return tensor
 
 
-class Compression(object):
+class Compression:
     """Optional gradient compression algorithm used during allreduce."""
 
     none = NoneCompressor

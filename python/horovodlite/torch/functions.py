@@ -11,9 +11,8 @@ try:  # Horovod uses cloudpickle; plain pickle covers everything but lambdas/loc
 except ImportError:  # pragma: no cover - depends on the installation
     import pickle as _pickle
 
-from horovodlite.common.process_sets import global_process_set, _ps_id
-from horovodlite.torch.mpi_ops import (allgather, broadcast_, broadcast_async_, synchronize, rank,
-                                       _check_root)
+from horovodlite.common.process_sets import _ps_id, global_process_set
+from horovodlite.torch.mpi_ops import _check_root, allgather, broadcast_, broadcast_async_, rank, synchronize
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):

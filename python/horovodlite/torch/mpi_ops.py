@@ -10,10 +10,9 @@ import warnings
 import torch
 
 from horovodlite.common.exceptions import HorovodInternalError  # noqa: F401  (re-exported)
-from horovodlite.common.process_sets import ProcessSet, global_process_set, _ps_id, _ps_size, _ps_rank  # noqa: F401
+from horovodlite.common.process_sets import ProcessSet, _ps_id, _ps_rank, _ps_size, global_process_set  # noqa: F401
 from horovodlite.torch import _C
-from horovodlite.torch.basics import (Average, Sum, Adasum, Min, Max, Product, _OPS,  # noqa: F401
-                                      rank, size)
+from horovodlite.torch.basics import _OPS, Adasum, Average, Max, Min, Product, Sum, rank, size  # noqa: F401
 from horovodlite.torch.compression import Compression
 
 # Reduce ops accepted as they are (Adasum is refused by _check_op).
@@ -22,7 +21,7 @@ _PLAIN_OPS = frozenset(op for op in _OPS if op != Adasum)
 
 # ---------------------------------------------------------------- handles ----
 
-class _Handle(object):
+class _Handle:
     """The result of an asynchronous operation: one or more core handles and a
     function that turns their outputs into what synchronize() returns."""
 
@@ -141,7 +140,7 @@ def _resolve_op(op, average, what):
         raise ValueError("%s: the op parameter supersedes average. Please provide only one of them." % what)
     if average is not None:
         warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
-                      DeprecationWarning)
+                      DeprecationWarning, stacklevel=3)
         op = Average if average else Sum
     if op is None:
         op = Average

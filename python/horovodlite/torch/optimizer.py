@@ -30,15 +30,24 @@ from contextlib import contextmanager
 
 import torch
 
-from horovodlite.common.process_sets import global_process_set, _ps_id
+from horovodlite.common.process_sets import _ps_id, global_process_set
 from horovodlite.torch._compat import backward_pass_key, register_grad_ready_hook
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
-from horovodlite.torch.mpi_ops import (Average, Adasum, Sum, _allreduce_async, allreduce_async,  # noqa: F401
-                                       grouped_allreduce_async, sparse_allreduce_async, synchronize, size)
+from horovodlite.torch.mpi_ops import (  # noqa: F401
+    Adasum,
+    Average,
+    Sum,
+    _allreduce_async,
+    allreduce_async,
+    grouped_allreduce_async,
+    size,
+    sparse_allreduce_async,
+    synchronize,
+)
 
 
-class _Pending(object):
+class _Pending:
     """One parameter's gradient allreduce for the current step."""
 
     __slots__ = ("handle", "ctx")
@@ -370,7 +379,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
                               "optimizer.synchronize(). This can cause training slowdown. You may want to "
                               "consider using optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
+                              "optimizer.synchronize() in your code.", stacklevel=2)
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
@@ -410,7 +419,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Sum")
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
-                      DeprecationWarning)
+                      DeprecationWarning, stacklevel=2)
         if groups is None:
             groups = num_groups
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))

@@ -4,7 +4,7 @@ whose batch statistics are computed over the samples of every rank."""
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from horovodlite.torch.mpi_ops import allreduce, size, Sum
+from horovodlite.torch.mpi_ops import Sum, allreduce, size
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -21,7 +21,7 @@ class SyncBatchNorm(_BatchNorm):
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
-            raise ValueError("expected at least 2D input (got {}D input)".format(input.dim()))
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
 
     def _run_bn(self, input):
         return super().forward(input)

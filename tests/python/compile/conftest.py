@@ -3,10 +3,9 @@ initialised once per process. Tests must issue collectives in the same order
 on every rank (pytest's collection order is deterministic)."""
 
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 torch.set_num_threads(1)
 

@@ -14,10 +14,9 @@ HVL_TEST_COMPILE_BACKEND=inductor to run the default backend. Compiled autograd
 import copy
 import os
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 if not hasattr(torch, "compile"):
     pytest.skip("torch.compile needs PyTorch 2.0+", allow_module_level=True)

@@ -13,9 +13,8 @@ Either way the whole job must end, non-zero, soon after.
 import sys
 import time
 
-import torch
-
 import horovodlite.torch as hvd
+import torch
 
 hvd.init()
 t = torch.ones(1000)

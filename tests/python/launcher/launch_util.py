@@ -41,7 +41,7 @@ def launch(options, command, env=None, timeout=180):
     """horovodlite-run OPTIONS COMMAND; returns the CompletedProcess (output in .stdout)."""
     cmd = [sys.executable, "-m", "horovodlite.run", "--mpirun", MPIRUN] + list(options) + list(command)
     return subprocess.run(cmd, env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=timeout)
+                          text=True, timeout=timeout)
 
 
 def report_command(tmp_path):

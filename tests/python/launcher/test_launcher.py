@@ -23,7 +23,7 @@ def _launch(tmp_path, script, *options):
     cmd = [sys.executable, "-m", "horovodlite.run", "-np", "2", "--mpirun", MPIRUN] + list(options) + \
           [sys.executable, str(path)]
     return subprocess.run(cmd, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=120)
+                          text=True, timeout=120)
 
 
 def test_options_map_to_environment():

@@ -9,7 +9,6 @@ import subprocess
 import time
 
 import pytest
-
 from launch_util import REPO, launch, read_reports, report_command
 
 HOSTS_SH = os.path.join(REPO, "ci", "hosts.sh")
@@ -28,7 +27,7 @@ def _netns_usable():
 def _hosts_sh(testbed, *args):
     env = dict(os.environ, HVL_TESTBED=testbed, HVL_TESTBED_OWNER=str(os.getpid()))
     return subprocess.run([HOSTS_SH] + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=120)
+                          text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

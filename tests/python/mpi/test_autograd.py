@@ -1,9 +1,8 @@
 """Gradients of the collectives follow Horovod 0.28's conventions."""
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 FLOATS = [torch.float32, torch.float64]
 

@@ -1,11 +1,11 @@
 import os
 import warnings
 
+import horovodlite.torch as hvd
 import pytest
+from horovodlite.common.exceptions import HorovodInternalError
 
 import horovodlite
-import horovodlite.torch as hvd
-from horovodlite.common.exceptions import HorovodInternalError
 
 
 def test_topology_matches_mpi_environment():
@@ -47,6 +47,7 @@ def test_ops_are_distinct():
 
 def test_timeline_start_stop(tmp_path):
     import json
+
     import torch
     from horovodlite.torch import _C
     path = hvd.broadcast_object(str(tmp_path / "timeline.json"), root_rank=0)

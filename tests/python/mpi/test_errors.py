@@ -1,7 +1,6 @@
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 from horovodlite.common.exceptions import HorovodInternalError
 
 

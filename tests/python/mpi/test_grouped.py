@@ -1,10 +1,9 @@
 """Grouped collectives are negotiated and executed as one group (Horovod 0.28's
 group_id): results, and a disagreement inside a group failing every member."""
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 
 def _ramp(n, salt=0):
@@ -21,7 +20,7 @@ def test_grouped_allreduce_sync_and_async(size):
     out = hvd.grouped_allreduce(tensors, name="py.group.sync", op=hvd.Sum)
     for i, t in enumerate(out):
         assert torch.equal(t, _expected_sum(3 + i, i))
-    for step in range(3):  # later steps hit the response cache as a group
+    for _step in range(3):  # later steps hit the response cache as a group
         handle = hvd.grouped_allreduce_async([_ramp(5), _ramp(6)], name="py.group.async", op=hvd.Average)
         got = hvd.synchronize(handle)
         assert hvd.poll(handle)

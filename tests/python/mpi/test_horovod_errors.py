@@ -1,9 +1,8 @@
 """The exception types that Horovod 0.28's users (and its test suite) catch."""
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 
 def test_alltoall_splits_of_a_bad_dtype_is_value_error(size):

@@ -16,10 +16,9 @@ import signal
 import threading
 import time
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 from horovodlite.common.exceptions import HorovodInternalError
 
 INTERRUPT_AFTER_S = 2.0

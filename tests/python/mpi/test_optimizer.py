@@ -4,11 +4,10 @@ batch (float64, tight tolerance), with accumulation and with checkpointing."""
 import copy
 import inspect
 
+import horovodlite.torch as hvd
 import pytest
 import torch
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
-
-import horovodlite.torch as hvd
 
 TOL = dict(rtol=1e-10, atol=1e-12)
 # checkpoint_sequential takes use_reentrant from PyTorch 2.x on (and warns when it

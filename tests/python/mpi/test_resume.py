@@ -7,10 +7,9 @@ the broadcast), and every rank must end with root's state."""
 import copy
 import inspect
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 # Every torch.optim optimizer except LBFGS (unsupported, as in Horovod) and
 # SparseAdam (needs sparse gradients).

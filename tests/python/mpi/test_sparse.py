@@ -2,10 +2,9 @@
 values) and DistributedOptimizer with nn.Embedding(sparse=True) and
 sparse_as_dense=False; results equal the dense computation."""
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 
 def _sparse(rank, shape, nnz, dense_dims=()):

@@ -4,10 +4,9 @@ so they run near the end (file order) and leave it initialised on the world."""
 import json
 import os
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 MPI = pytest.importorskip("mpi4py.MPI")
 

@@ -1,9 +1,8 @@
 """Runs last (file order): shutdown, use after shutdown, and init again."""
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 from horovodlite.common.exceptions import HorovodInternalError
 
 

@@ -3,10 +3,9 @@ process_sets=..., with and without dynamic process sets), on every rank."""
 
 import os
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 torch.set_num_threads(1)
 

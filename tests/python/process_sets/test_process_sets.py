@@ -5,10 +5,9 @@ error without it, the optimizer on a subset, broadcast_object/allgather_object."
 
 import os
 
+import horovodlite.torch as hvd
 import pytest
 import torch
-
-import horovodlite.torch as hvd
 
 
 def world():
