@@ -1,32 +1,16 @@
-"""Every test module runs on every rank of an mpirun job; horovodlite is
-initialised once per process. Tests must issue collectives in the same order
-on every rank (pytest's collection order is deterministic)."""
+"""The compile tests run like the tests in ../mpi (every rank of an mpirun job,
+horovodlite initialised once per process): they use that directory's conftest,
+its hooks and fixtures, rather than a copy of it."""
 
+import importlib.util
+import pathlib
 
-import horovodlite.torch as hvd
-import pytest
-import torch
+_spec = importlib.util.spec_from_file_location(
+    "hvl_mpi_conftest", pathlib.Path(__file__).resolve().parent.parent / "mpi" / "conftest.py")
+_mpi_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mpi_conftest)
 
-torch.set_num_threads(1)
-
-
-def pytest_configure(config):
-    hvd.init()
-    if hvd.rank() != 0:
-        # Only rank 0 reports progress; other ranks still report failures.
-        config.option.verbose = -2
-
-
-def pytest_unconfigure(config):
-    if hvd.is_initialized():
-        hvd.shutdown()
-
-
-@pytest.fixture
-def rank():
-    return hvd.rank()
-
-
-@pytest.fixture
-def size():
-    return hvd.size()
+pytest_configure = _mpi_conftest.pytest_configure
+pytest_unconfigure = _mpi_conftest.pytest_unconfigure
+rank = _mpi_conftest.rank
+size = _mpi_conftest.size
