@@ -346,7 +346,8 @@ def main(argv):
 
     r0 = rows[0]
     model = ("MLP %d x %d" % (args.layers, args.hidden) if args.model == "mlp"
-             else "%s on %dx%d images" % (args.model, args.image_size, args.image_size))
+             else "%s (%s) on %dx%d images" % (args.model, r0.get("model_source", "?"), args.image_size,
+                                                 args.image_size))
     title = ("%s (%.2fM params, %.1f MB grads), batch %d/rank, %d steps, %d thread(s)/rank, np %d, torch %s"
              % (model, r0["params"] / 1e6, r0["grad_mbytes"], args.batch_size, args.steps,
                 args.threads_per_rank, args.np, r0.get("torch", "?")))

@@ -51,9 +51,26 @@ def parse_args(argv):
 def make_model(args):
     if args.model == "mlp":
         return make_mlp(args)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import resnet
-    return getattr(resnet, args.model)(num_classes=args.classes)
+    # torchvision's own model where torchvision imports (Debian's python3-torchvision
+    # beside Debian's torch); bench/resnet.py, the same layout, where it does not
+    # (PyPI's torchvision does not import beside the torch 2.13.0 CPU wheel).
+    try:
+        import torchvision.models
+        return getattr(torchvision.models, args.model)(num_classes=args.classes)
+    except Exception:  # noqa: BLE001 - any import failure means "no usable torchvision"
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import resnet
+        return getattr(resnet, args.model)(num_classes=args.classes)
+
+
+def model_source(args):
+    if args.model == "mlp":
+        return "mlp"
+    try:
+        import torchvision.models  # noqa: F401
+        return "torchvision " + __import__("torchvision").__version__
+    except Exception:  # noqa: BLE001
+        return "bench/resnet.py"
 
 
 def make_mlp(args):
@@ -217,6 +234,7 @@ def main(argv):
     result = {
         "backend": args.backend,
         "model": args.model,
+        "model_source": model_source(args),
         "torch": torch.__version__,
         "np": comm.size,
         "threads_per_rank": args.threads_per_rank,
