@@ -262,7 +262,31 @@ def mpirun_base(args, np, testbed=None):
         cmd += ["--allow-run-as-root"]
     if testbed:
         cmd += testbed.mpirun_args(interfaces_given=bool(interfaces(args)))
+    cmd += component_exclusions(args, testbed)
     return cmd
+
+
+def _mca_keys(tokens):
+    """The MCA parameter names that mpirun arguments set."""
+    return {tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if tok in ("-mca", "--mca", "-gmca", "--gmca")}
+
+
+def component_exclusions(args, testbed=None):
+    """Leave out Open MPI's openib and OFI (libfabric) components, as horovodrun
+    leaves out openib: Open MPI 4.1's OFI components can hang MPI_Init itself
+    (docs/reliability.md). Not where the caller picks the BTLs or MTLs (in
+    --mpi-args, the testbed's settings or OMPI_MCA_btl / OMPI_MCA_mtl): Open MPI
+    would join a second value with the first."""
+    given = _mca_keys(shlex.split(getattr(args, "mpi_args", "") or ""))
+    if testbed:
+        given |= {key for key, _ in testbed.mca}
+    given |= {name[len("OMPI_MCA_"):] for name in os.environ if name.startswith("OMPI_MCA_")}
+    out = []
+    if "btl" not in given:
+        out += ["--mca", "btl", "^openib,ofi"]
+    if "mtl" not in given:
+        out += ["--mca", "mtl", "^ofi"]
+    return out
 
 
 def mpirun_command(args, job_env, testbed=None, hosts=None):

@@ -146,7 +146,8 @@ def test_unreachable_host_is_named_within_the_start_timeout(tmp_path):
 def _expected_thread_level():
     script = ("import horovodlite.torch as hvd\nhvd.init()\n"
               "print('MULTIPLE' if hvd.mpi_threads_supported() else 'BELOW')\nhvd.shutdown()\n")
-    out = subprocess.run([MPIRUN, "-np", "1", "--oversubscribe", sys.executable, "-c", script],
+    out = subprocess.run([MPIRUN, "-np", "1", "--oversubscribe", "--mca", "btl", "^openib,ofi", "--mca", "mtl", "^ofi",
+                          sys.executable, "-c", script],
                          env=clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"),
                          stdout=subprocess.PIPE, text=True, timeout=120)
     assert out.returncode == 0
@@ -221,3 +222,19 @@ def test_options_map_to_mpirun_arguments():
     assert cmd[cmd.index("btl_tcp_if_include") + 1] == "eth0,eth1"
     assert cmd[cmd.index("oob_tcp_if_include") + 1] == "eth0,eth1"
     assert cmd[cmd.index("--output-filename") + 1] == os.path.abspath("logs")
+
+
+def test_ofi_components_left_out_unless_the_caller_picks(monkeypatch):
+    # Open MPI 4.1's OFI components can hang MPI_Init (docs/reliability.md): left out by default ...
+    for name in [n for n in os.environ if n.startswith("OMPI_MCA_")]:
+        monkeypatch.delenv(name)
+    cmd = run.mpirun_command(run.make_parser().parse_args(["-np", "2", "prog"]), {})
+    assert cmd[cmd.index("btl") + 1] == "^openib,ofi" and cmd[cmd.index("mtl") + 1] == "^ofi"
+    assert cmd[cmd.index("btl") - 1] == "--mca" and cmd[cmd.index("mtl") - 1] == "--mca"
+    # ... but a choice of the caller's is never joined with ours.
+    cmd = run.mpirun_command(run.make_parser().parse_args(["-np", "2", "--mpi-args=-mca btl tcp,self", "prog"]), {})
+    assert cmd.count("btl") == 1 and cmd[cmd.index("btl") + 1] == "tcp,self"
+    assert cmd[cmd.index("mtl") + 1] == "^ofi"
+    monkeypatch.setenv("OMPI_MCA_mtl", "psm2")
+    cmd = run.mpirun_command(run.make_parser().parse_args(["-np", "2", "prog"]), {})
+    assert "mtl" not in cmd and cmd[cmd.index("btl") + 1] == "^openib,ofi"
