@@ -64,6 +64,9 @@ def parse_args(argv):
     p.add_argument("--pythonpath", default=None,
                    help="where horovodlite is (default: $PYTHONPATH, else <repo>/build/python)")
     p.add_argument("--mpirun", default="mpirun")
+    p.add_argument("--mpi-flags", default=None, metavar="FLAGS",
+                   help="mpirun flags of the distributed runs instead of '%s'; '' for a plain mpirun "
+                        "(Open MPI then binds each rank to a core when np <= 2)" % " ".join(MPI_FLAGS))
     p.add_argument("--timeout", type=float, default=300, help="seconds per run")
     p.add_argument("--png", default=None, help="write a bar chart")
     p.add_argument("--csv", default=None, help="write the table as CSV")
@@ -156,7 +159,7 @@ def run_one(args, cfg, tmpdir, idx):
             env["MASTER_PORT"] = str(free_port())
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
             exports += ["MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"]
-        cmd = [args.mpirun, "-np", str(args.np)] + MPI_FLAGS
+        cmd = [args.mpirun, "-np", str(args.np)] + (MPI_FLAGS if args.mpi_flags is None else args.mpi_flags.split())
         for k in exports:
             cmd += ["-x", k]
         cmd += [args.python] + worker_args(args, cfg, out)
