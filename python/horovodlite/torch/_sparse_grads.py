@@ -16,8 +16,10 @@ step sends something all the same (the other ranks wait for it):
   allgather; rank 1: allreduce") instead of each side waiting for names the
   other never sends. When the check passes, every rank knows from then on.
 
-The optimizer waits for the checks (all issued by then, so the order of waiting
-cannot deadlock) and starts the exchanges before it waits for anything else.
+At synchronize(), once every collective of the step has been issued, the
+optimizer calls start(): it waits for the checks (all in flight, so the order of
+waiting cannot deadlock) and starts the exchanges, before anything else is
+waited for.
 """
 
 import torch
@@ -27,10 +29,11 @@ from horovodlite.torch.mpi_ops import allgather_async, sparse_allreduce_async, s
 
 
 class _FirstExchange:
-    """A parameter's first sparse exchange: the check is in flight; the exchange
-    starts once it has passed (SparseGradients.start)."""
+    """A parameter's first sparse exchange, as a handle: the check is in flight;
+    the exchange starts once it has passed (SparseGradients.start), and
+    synchronize(handle) (which calls a callable handle) waits for it."""
 
-    __slots__ = ("param", "grad", "name", "op", "process_set", "check")
+    __slots__ = ("param", "grad", "name", "op", "process_set", "check", "exchange")
 
     def __init__(self, param, grad, name, op, process_set):
         self.param = param
@@ -40,13 +43,22 @@ class _FirstExchange:
         self.process_set = process_set
         dims = torch.tensor([grad.sparse_dim(), grad.dense_dim()], dtype=torch.int64)
         self.check = allgather_async(dims, name=name, process_set=process_set)
+        self.exchange = None
+
+    def __call__(self):
+        if self.exchange is None:
+            raise HorovodInternalError("DistributedOptimizer: the sparse exchange of '%s' was not started "
+                                       "(an earlier error in this step)" % self.name)
+        return synchronize(self.exchange)
 
 
 class SparseGradients:
-    """The parameters every rank knows to have sparse gradients."""
+    """The parameters every rank knows to have sparse gradients, and this step's
+    first exchanges."""
 
     def __init__(self):
         self._known = {}  # parameter -> (sparse_dim, dense_dim)
+        self._first = []  # _FirstExchange handles not started yet
 
     def empty_grad(self, p):
         """An empty sparse gradient for ``p`` if every rank knows its gradients
@@ -61,17 +73,21 @@ class SparseGradients:
         return torch.sparse_coo_tensor(indices, values, p.shape)
 
     def allreduce_async(self, p, grad, name, op, process_set):
-        """The exchange of ``grad`` (sparse), or its first exchange (a check first)."""
+        """A handle for the exchange of ``grad`` (sparse), or for its first
+        exchange (a check first; start() must run before it is waited for)."""
         if p in self._known:
             return sparse_allreduce_async(grad, name=name, op=op, process_set=process_set)
-        return _FirstExchange(p, grad, name, op, process_set)
+        first = _FirstExchange(p, grad, name, op, process_set)
+        self._first.append(first)
+        return first
 
-    def start(self, pendings):
-        """Waits for the checks of first exchanges among ``pendings`` (objects with
-        a ``handle`` attribute) and replaces each with its exchange."""
-        first = [x for x in pendings if isinstance(x.handle, _FirstExchange)]
-        for pending in sorted(first, key=lambda x: x.handle.name):
-            f = pending.handle
+    def start(self):
+        """Waits for the checks of this step's first exchanges (every collective of
+        the step has been issued by then) and starts the exchanges."""
+        if not self._first:
+            return
+        first, self._first = sorted(self._first, key=lambda f: f.name), []
+        for f in first:
             try:
                 dims = synchronize(f.check).reshape(-1, 2)
             except HorovodInternalError as e:
@@ -87,4 +103,4 @@ class SparseGradients:
                                  % (f.name, dims[0].tolist(), [dims[r].tolist() for r in differ],
                                     ", ".join(map(str, differ))))
             self._known[f.param] = (f.grad.sparse_dim(), f.grad.dense_dim())
-            pending.handle = sparse_allreduce_async(f.grad, name=f.name, op=f.op, process_set=f.process_set)
+            f.exchange = sparse_allreduce_async(f.grad, name=f.name, op=f.op, process_set=f.process_set)

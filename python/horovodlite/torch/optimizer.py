@@ -330,7 +330,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if pending is None:
                 self._handles[p] = self._allreduce_grad_async(p)
         # Every allreduce has been issued: first sparse exchanges may now wait for their checks.
-        self._sparse.start([x for x in self._handles.values() if isinstance(x, _Pending)])
+        self._sparse.start()
         # Pieces that arrived after their allreduce left: reduce them too (all
         # issued before any wait, so ranks cannot wait on each other's order).
         late = {}
