@@ -116,6 +116,7 @@ void read_string(const std::string& name, std::string* out) {
 Status Config::from_env(Config* out) {
   Config c;
   HVL_RETURN_IF_ERROR(read_int("FUSION_THRESHOLD", 0, int64_t(1) << 40, &c.fusion_threshold_bytes));
+  HVL_RETURN_IF_ERROR(read_bool("DISABLE_GROUP_FUSION", &c.disable_group_fusion));
   HVL_RETURN_IF_ERROR(read_double("CYCLE_TIME", 0.0, 10000.0, &c.cycle_time_ms));
   HVL_RETURN_IF_ERROR(read_int("CACHE_CAPACITY", 0, 1 << 20, &c.cache_capacity));
   HVL_RETURN_IF_ERROR(read_log_level(&c.log_level));

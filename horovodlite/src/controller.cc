@@ -8,13 +8,15 @@
 namespace horovodlite {
 
 Controller::Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
-                       LocalLookup local)
+                       LocalLookup local, SetIdentity identity)
     : comm_(comm),
+      identity_(std::move(identity)),
       config_(config),
       timeline_(timeline),
       watchdog_(watchdog),
       local_(std::move(local)),
-      coordinator_(comm.rank == 0 ? std::make_unique<Coordinator>(comm.size) : nullptr),
+      coordinator_(comm.rank == 0 ? std::make_unique<Coordinator>(comm.size, identity_.global_ranks, identity_.where)
+                                  : nullptr),
       cache_(static_cast<size_t>(config.cache_capacity)),
       votes_(static_cast<size_t>(config.cache_capacity), comm.size),
       stall_(config) {}
@@ -50,11 +52,11 @@ Status Controller::compute_responses(Input input, Output* out) {
     const Clock::time_point ready = Clock::now();
     if (!out->responses.empty()) timeline_.cycle_start(now);
     for (const Response& r : out->responses)
-      for (const std::string& name : r.names) timeline_.negotiate_end(name, ready);
+      for (const std::string& name : r.names) timeline_.negotiate_end(identity_.timeline_prefix + name, ready);
   }
   for (const Response& r : out->responses)
     if (r.type == OpType::kJoin) joined_ = false;  // runs this cycle
-  out->responses = fuse_responses(out->responses, config_.fusion_threshold_bytes);
+  out->responses = fuse_responses(out->responses, config_.fusion_threshold_bytes, config_.disable_group_fusion);
   out->shutdown = votes_.test(CacheCoordinator::kShouldShutDown);
   if (out->shutdown) {
     out->shutdown_ranks = votes_.shutdown_ranks();
@@ -69,8 +71,9 @@ void Controller::clear() {
 }
 
 void Controller::mark_ready(const Request& q, int rank, Clock::time_point t) {
-  timeline_.negotiate_start(q.name, Timeline::upper(op_type_name(q.type)).c_str(), t);
-  timeline_.rank_ready(q.name, rank, t);
+  const std::string row = identity_.timeline_prefix + q.name;
+  timeline_.negotiate_start(row, Timeline::upper(op_type_name(q.type)).c_str(), t);
+  timeline_.rank_ready(row, global_rank(rank), t);
 }
 
 void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
@@ -226,7 +229,7 @@ void Controller::inspect_stalls(Clock::time_point now) {
     Clock::time_point t;
     return local_(name, nullptr, &t) ? t : Clock::time_point::max();
   };
-  StallInspector::Report report = stall_.check(coordinator_->pending(), local_since, now);
+  StallInspector::Report report = stall_.check(coordinator_->pending(), local_since, now, identity_.where);
   if (!report.warning.empty()) HVL_LOG(kWarning, report.warning);
   for (Response& r : report.failures) {
     HVL_LOG(kError, r.error_message);

@@ -52,9 +52,18 @@ class Controller {
   // enqueued (*enqueued when not null); false if this rank has none (it joined).
   using LocalLookup = std::function<bool(const std::string& name, Request* request, Clock::time_point* enqueued)>;
 
+  // Which process set a controller negotiates for, as messages and the timeline
+  // show it. Default: the global set.
+  struct SetIdentity {
+    std::vector<int> global_ranks;  // the global rank of each rank of comm (empty: the identity)
+    std::string where;              // appended to tensors in errors: " in process set 2 (ranks [1, 3])"
+    std::string timeline_prefix;    // the set's timeline rows: prefix + name ("process_set_2/")
+  };
+
   // Negotiates on `comm` (which it does not own); `timeline` and `watchdog`
   // outlive it. Not collective: nothing is exchanged before the first cycle.
-  Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog, LocalLookup local);
+  Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog, LocalLookup local,
+             SetIdentity identity = {});
 
   struct Input {
     std::vector<Request> requests;  // drained from the queue since the last cycle
@@ -95,12 +104,16 @@ class Controller {
   void cache_negotiated(const std::vector<Response>& negotiated);
   // Rank 0: warns about stalled names; queues errors for names past the shutdown time.
   void inspect_stalls(Clock::time_point now);
-  void mark_ready(const Request& request, int rank, Clock::time_point t);
+  void mark_ready(const Request& request, int rank, Clock::time_point t);  // rank: in comm_
+  int global_rank(int rank) const {
+    return identity_.global_ranks.empty() ? rank : identity_.global_ranks[static_cast<size_t>(rank)];
+  }
   // Votes for the members of each complete group in pending_cached_ together, or
   // sends the group to full negotiation (any member missed the cache).
   void vote_groups(std::vector<Waiting>* grouped, Clock::time_point now);
 
   const Communicator comm_;
+  const SetIdentity identity_;
   const Config& config_;
   Timeline& timeline_;
   Watchdog& watchdog_;

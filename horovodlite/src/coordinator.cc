@@ -7,7 +7,13 @@
 
 namespace horovodlite {
 
-Coordinator::Coordinator(int size) : size_(size), joined_(size, false) {}
+Coordinator::Coordinator(int size, std::vector<int> global_ranks, std::string where)
+    : size_(size), global_(std::move(global_ranks)), where_(std::move(where)), joined_(size, false) {
+  if (global_.size() != static_cast<size_t>(size)) {
+    global_.resize(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) global_[static_cast<size_t>(r)] = r;
+  }
+}
 
 void Coordinator::add(int rank, const std::vector<Request>& requests) {
   for (const Request& q : requests) {
@@ -57,7 +63,7 @@ bool Coordinator::agreed_group(const std::string& name, const Pending& p, uint64
   for (int r = 0; r < size_; ++r) {
     if (!p.has[r]) continue;
     const Request& q = p.by_rank[r];
-    os << (sep ? "; " : "") << "rank " << r << ": ";
+    os << (sep ? "; " : "") << "rank " << global_[r] << ": ";
     if (q.group_id == 0)
       os << "not grouped";
     else
@@ -67,8 +73,8 @@ bool Coordinator::agreed_group(const std::string& name, const Pending& p, uint64
   err->type = OpType::kError;
   err->names = {name};
   err->error_code = StatusCode::kMismatch;
-  err->error_message = "Mismatched groups for tensor '" + name + "' (" + op_type_name(q0.type) +
-                       "): every rank must submit it in a grouped op over the same names: " + os.str();
+  err->error_message = "Mismatched groups for tensor '" + name + "' (" + op_type_name(q0.type) + ")" + where_ +
+                       ": every rank must submit it in a grouped op over the same names: " + os.str();
   return false;
 }
 
@@ -185,9 +191,9 @@ std::vector<Coordinator::PendingInfo> Coordinator::pending() const {
     info.first_seen = it->second.first_seen;
     for (int r = 0; r < size_; ++r) {
       if (it->second.has[r])
-        info.ready_ranks.push_back(r);
+        info.ready_ranks.push_back(global_[r]);
       else if (!joined_[r])
-        info.missing_ranks.push_back(r);
+        info.missing_ranks.push_back(global_[r]);
     }
     out.push_back(std::move(info));
   }
@@ -200,14 +206,14 @@ namespace {
 
 std::string device_string(int device) { return device < 0 ? "CPU" : "cuda:" + std::to_string(device); }
 
-// "rank 0: X; rank 1: Y" for every rank that sent the name.
-std::string per_rank(const std::vector<Request>& by_rank, const std::vector<bool>& has,
+// "rank 0: X; rank 1: Y" for every rank that sent the name (named by its global rank).
+std::string per_rank(const std::vector<Request>& by_rank, const std::vector<bool>& has, const std::vector<int>& global,
                      const std::function<std::string(const Request&)>& show) {
   std::ostringstream os;
   bool first = true;
   for (size_t r = 0; r < by_rank.size(); ++r) {
     if (!has[r]) continue;
-    os << (first ? "" : "; ") << "rank " << r << ": " << show(by_rank[r]);
+    os << (first ? "" : "; ") << "rank " << global[r] << ": " << show(by_rank[r]);
     first = false;
   }
   return os.str();
@@ -238,7 +244,7 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
     for (int r = 0; r < size_; ++r) {
       if (p.has[r] && differs(p.by_rank[r])) {
         err.error_message = std::string("Mismatched ") + what + " for tensor '" + name + "' (" + op_type_name(q0.type) +
-                            "): " + per_rank(p.by_rank, p.has, show);
+                            ")" + where_ + ": " + per_rank(p.by_rank, p.has, global_, show);
         return true;
       }
     }
@@ -300,11 +306,11 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
   if (joined_count_ > 0 && q0.type != OpType::kAllreduce && q0.type != OpType::kBarrier) {
     std::ostringstream os;
     for (int r = 0, n = 0; r < size_; ++r)
-      if (joined_[r]) os << (n++ ? ", " : "") << r;
+      if (joined_[r]) os << (n++ ? ", " : "") << global_[r];
     // Like every negotiated error (Horovod: a precondition error, HorovodInternalError in Python).
     err.error_code = StatusCode::kMismatch;
-    err.error_message = std::string(op_type_name(q0.type)) + " of tensor '" + name +
-                        "' is not supported while ranks have joined (joined ranks: " + os.str() +
+    err.error_message = std::string(op_type_name(q0.type)) + " of tensor '" + name + "'" + where_ +
+                        " is not supported while ranks have joined (joined ranks: " + os.str() +
                         "); only allreduce and barrier are";
     return err;
   }
@@ -330,9 +336,23 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
 }
 
 int64_t response_bytes(const Response& r) {
-  int64_t n = 0;
-  for (int64_t s : r.tensor_sizes) n += s;
-  return n * static_cast<int64_t>(dtype_size(r.dtype));
+  const auto elem = static_cast<int64_t>(dtype_size(r.dtype));
+  switch (r.type) {
+    case OpType::kAllgather: {  // the gathered output: every rank's rows
+      int64_t rows = 0;
+      for (int64_t s : r.tensor_sizes) rows += s;
+      int64_t row = 1;
+      for (size_t i = 1; i < r.shape.size(); ++i) row *= r.shape[i];
+      return rows * row * elem;
+    }
+    case OpType::kReducescatter:  // the input, which goes through the fusion buffer
+      return num_elements(r.shape) * elem;
+    default: {
+      int64_t n = 0;
+      for (int64_t s : r.tensor_sizes) n += s;
+      return n * elem;
+    }
+  }
 }
 
 namespace {
@@ -364,27 +384,48 @@ std::vector<Response> group_adjacent(const std::vector<Response>& in) {
   return out;
 }
 
+bool fusable(OpType t) { return t == OpType::kAllreduce || t == OpType::kAllgather || t == OpType::kReducescatter; }
+
+// Whether r may join the fused response b (same op and parameters).
+bool compatible(const Response& b, const Response& r) {
+  if (b.type != r.type || b.dtype != r.dtype || b.device != r.device) return false;
+  switch (r.type) {
+    case OpType::kAllreduce:
+      return b.reduce_op == r.reduce_op && b.prescale == r.prescale && b.postscale == r.postscale &&
+             b.compression == r.compression;
+    case OpType::kReducescatter:
+      // The device algorithms run one tensor at a time: only host tensors fuse.
+      return r.device == kCpuDevice && b.reduce_op == r.reduce_op && b.prescale == r.prescale &&
+             b.postscale == r.postscale;
+    case OpType::kAllgather:
+      return r.device == kCpuDevice;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
-std::vector<Response> fuse_responses(const std::vector<Response>& in_list, int64_t threshold_bytes) {
+std::vector<Response> fuse_responses(const std::vector<Response>& in_list, int64_t threshold_bytes,
+                                     bool disable_group_fusion) {
   const std::vector<Response> in = group_adjacent(in_list);
   std::vector<Response> out;
   out.reserve(in.size());
   int64_t back_bytes = 0;
   for (const Response& r : in) {
-    const int64_t bytes = r.type == OpType::kAllreduce ? response_bytes(r) : 0;
+    const int64_t bytes = fusable(r.type) ? response_bytes(r) : 0;
     if (bytes >= kFuseAloneBytes) {
-      // Large enough to amortise a collective's start-up on its own: reduced in
+      // Large enough to amortise a collective's start-up on its own: run in
       // place, without the two copies through the fusion buffer.
       out.push_back(r);
       back_bytes = std::numeric_limits<int64_t>::max() / 2;  // nothing joins it either
       continue;
     }
-    if (!out.empty() && threshold_bytes > 0 && r.type == OpType::kAllreduce) {
+    if (!out.empty() && threshold_bytes > 0 && fusable(r.type)) {
       Response& b = out.back();
-      if (b.type == OpType::kAllreduce && b.dtype == r.dtype && b.device == r.device && b.reduce_op == r.reduce_op &&
-          b.prescale == r.prescale && b.postscale == r.postscale && b.compression == r.compression &&
-          back_bytes + bytes <= threshold_bytes) {
+      // HOROVOD_DISABLE_GROUP_FUSION: a group's tensors fuse only with each other.
+      const bool same_group = !disable_group_fusion || b.group_id == r.group_id;
+      if (same_group && compatible(b, r) && back_bytes + bytes <= threshold_bytes) {
         b.names.insert(b.names.end(), r.names.begin(), r.names.end());
         b.tensor_sizes.insert(b.tensor_sizes.end(), r.tensor_sizes.begin(), r.tensor_sizes.end());
         back_bytes += bytes;

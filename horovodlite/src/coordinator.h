@@ -20,7 +20,10 @@ constexpr const char* kJoinName = "horovodlite.join";
 
 class Coordinator {
  public:
-  explicit Coordinator(int size);
+  // `global_ranks`: the global rank of each rank of the set (empty: the
+  // identity), so that messages name global ranks; `where`: appended to the
+  // tensor in messages (" in process set 2 (ranks [1, 3])"; empty: the global set).
+  explicit Coordinator(int size, std::vector<int> global_ranks = {}, std::string where = "");
 
   // Records the requests `rank` sent this cycle.
   void add(int rank, const std::vector<Request>& requests);
@@ -28,7 +31,8 @@ class Coordinator {
   // names first arrived; a join response (when every rank has joined) comes last.
   std::vector<Response> take_ready();
 
-  // Names some ranks asked for and others not yet, for the stall inspector.
+  // Names some ranks asked for and others not yet, for the stall inspector
+  // (ranks as global ranks).
   struct PendingInfo {
     std::string name;
     std::vector<int> ready_ranks;
@@ -62,6 +66,8 @@ class Coordinator {
   void forget(const std::string& name);  // erases a name and its group membership
 
   int size_;
+  std::vector<int> global_;  // global rank of each rank of the set
+  std::string where_;
   std::unordered_map<std::string, Pending> table_;
   std::unordered_map<uint64_t, Group> groups_;
   std::vector<std::string> arrival_;
@@ -77,12 +83,18 @@ constexpr int64_t kFuseAloneBytes = int64_t(1) << 20;
 // First moves the responses of each group (Response::group_id) next to the
 // group's first response, so a group is executed together (as Horovod, which
 // puts a group's responses side by side before fusing). Then merges consecutive
-// allreduce responses with the same dtype, device, reduce op, scale factors and
-// compression while the fused size stays <= threshold_bytes (0: no fusion);
-// tensors of kFuseAloneBytes or more stay on their own. Every rank applies it to
-// the same list and gets the same result.
-std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes);
+// responses of the same op while the fused size stays <= threshold_bytes (0: no
+// fusion): allreduces with the same dtype, device, reduce op, scale factors and
+// compression; host allgathers with the same dtype; host reducescatters with the
+// same dtype, reduce op and scale factors. Tensors of kFuseAloneBytes or more
+// stay on their own. disable_group_fusion (HOROVOD_DISABLE_GROUP_FUSION): a
+// group's tensors fuse only with each other, ungrouped ones only with ungrouped
+// ones. Every rank applies it to the same list and gets the same result.
+std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes,
+                                     bool disable_group_fusion = false);
 
+// The bytes a single-tensor response puts through the fusion buffer (allgather:
+// its gathered output; allreduce, reducescatter: its input).
 int64_t response_bytes(const Response& r);
 
 }  // namespace horovodlite

@@ -41,6 +41,9 @@ struct ProcessSetState {
   int size() const { return static_cast<int>(ranks.size()); }
   // "process set 2 (ranks [0, 2])"
   std::string describe() const;
+  // The set's rows in the timeline are its names with this prefix: "" for the
+  // global set, "process_set_2/" for set 2 (the same name on two sets, two rows).
+  std::string timeline_prefix() const;
 };
 
 }  // namespace horovodlite

@@ -26,7 +26,7 @@ void Runtime::TimelineObserver::phase_start(const Response&, const char*) {
 
 void Runtime::TimelineObserver::phase_end(const Response& response, const char* phase) {
   const auto end = Clock::now();
-  for (const std::string& name : response.names) timeline_.phase(name, phase, start_, end);
+  for (const std::string& name : response.names) timeline_.phase(prefix + name, phase, start_, end);
 }
 
 Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out) {
@@ -86,12 +86,23 @@ std::string ProcessSetState::describe() const {
   return "process set " + std::to_string(id) + " (ranks [" + rank_list(ranks) + "])";
 }
 
+std::string ProcessSetState::timeline_prefix() const {
+  return id == 0 ? std::string() : "process_set_" + std::to_string(id) + "/";
+}
+
 std::unique_ptr<Controller> Runtime::make_controller(ProcessSetState& set) {
+  Controller::SetIdentity identity;
+  if (set.id != 0) {
+    identity.global_ranks = set.ranks;
+    identity.where = " in " + set.describe();
+    identity.timeline_prefix = set.timeline_prefix();
+  }
   return std::make_unique<Controller>(
       set.mpi->global(), config_, timeline_, *watchdog_,
       [this, s = &set](const std::string& name, Request* request, Clock::time_point* enqueued) {
         return find_local(*s, name, request, enqueued);
-      });
+      },
+      std::move(identity));
 }
 
 void Runtime::destroy(std::unique_ptr<ProcessSetState> set) {
@@ -369,6 +380,9 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
   for (const Response& r : out.responses) run(set, r, ready);
   if (out.shutdown) {
     if (global) {
+      // A stall in a process set: its members know why; tell the other ranks too.
+      const Status shared = share_stall_reason();
+      if (!shared.ok()) HVL_LOG(kWarning, "could not share the stall reason: " << shared.message());
       abort_all(Status::Aborted(shutdown_message(out.shutdown_ranks, out.exiting_ranks)));
       return false;
     }
@@ -388,6 +402,32 @@ std::string Runtime::shutdown_message(const std::vector<int>& requesters, const 
   if (!stall_reason_.empty()) return "horovodlite has been shut down after a stall: " + stall_reason_;
   return "horovodlite has been shut down (shutdown() was called, or a wait was interrupted, on rank(s) " +
          rank_list(requesters) + ")";
+}
+
+Status Runtime::share_stall_reason() {
+  MPI_Comm comm = mpi_.comm();
+  const int size = mpi_.size();
+  MPI_Request req;
+  if (watchdog_) watchdog_->enter("shutdown (sharing the stall reason)");
+  struct Leave {
+    Watchdog* w;
+    ~Leave() {
+      if (w) w->leave();
+    }
+  } leave{watchdog_.get()};
+  int from = stall_reason_.empty() ? size : mpi_.rank();  // the lowest rank that knows one sends it
+  HVL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &from, 1, MPI_INT, MPI_MIN, comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallreduce"));
+  if (from == size) return Status::OK();  // not a stall
+  int64_t len = static_cast<int64_t>(stall_reason_.size());
+  HVL_MPI_CHECK(MPI_Ibcast(&len, 1, MPI_INT64_T, from, comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  std::string reason = stall_reason_;
+  reason.resize(static_cast<size_t>(len));
+  HVL_MPI_CHECK(MPI_Ibcast(reason.data(), static_cast<int>(len), MPI_CHAR, from, comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  if (stall_reason_.empty()) stall_reason_ = reason;
+  return Status::OK();
 }
 
 bool Runtime::find_local(ProcessSetState& set, const std::string& name, Request* request, Clock::time_point* enqueued) {
@@ -411,8 +451,10 @@ void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point rea
   OpResult result;
   const bool needs_local = r.type == OpType::kAllgather || r.type == OpType::kBroadcast ||
                            r.type == OpType::kAlltoall || r.type == OpType::kReducescatter;
-  if (needs_local && entries[0] == nullptr) {
-    result.status = Status::Internal("rank " + std::to_string(mpi_.rank()) + " has no tensor for '" + r.names[0] + "'" +
+  const auto missing = std::find(entries.begin(), entries.end(), nullptr);
+  if (needs_local && missing != entries.end()) {
+    result.status = Status::Internal("rank " + std::to_string(mpi_.rank()) + " has no tensor for '" +
+                                     r.names[static_cast<size_t>(missing - entries.begin())] + "'" +
                                      (set.id == 0 ? std::string() : " in " + set.describe()));
     HVL_LOG(kError, result.status.message());
   } else if (r.type == OpType::kBarrier && entries[0] != nullptr && entries[0]->action) {
@@ -426,6 +468,7 @@ void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point rea
     Executor& executor = *set.executor;
     executor.set_observer(timeline_on ? &observer_ : nullptr);
     observer_.saw_phase = false;
+    observer_.prefix = set.timeline_prefix();
     if (watchdog_) watchdog_->enter(std::string(op_type_name(r.type)) + " of '" + r.names[0] + "'");
     const Clock::time_point start = Clock::now();
     result = executor.execute(r, entries);
@@ -434,7 +477,8 @@ void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point rea
     if (timeline_on) {
       const std::string op = Timeline::upper(op_type_name(r.type));
       const std::string collective = result.algorithm;
-      for (const std::string& name : r.names) {
+      for (const std::string& tensor : r.names) {
+        const std::string name = observer_.prefix + tensor;  // the set's own row
         if (r.type == OpType::kError) {
           timeline_.instant(name, "ERROR", r.error_message, start);
           continue;

@@ -111,6 +111,10 @@ class Runtime {
   static void destroy(std::unique_ptr<ProcessSetState> set);
   // The message ops in flight complete with when the job shuts down.
   std::string shutdown_message(const std::vector<int>& requesters, const std::vector<int>& exiting) const;
+  // At a global shutdown (collective over every rank): the stall reason that
+  // members of a process set learned from its stall error goes to every rank, so
+  // that ranks outside the set fail their ops with it too.
+  Status share_stall_reason();
   // The watchdog fired: a peer died or hung. Fails every op and aborts the job.
   void on_peer_timeout(const std::string& step, double waited_s);
 
@@ -121,6 +125,7 @@ class Runtime {
     void phase_start(const Response& response, const char* phase) override;
     void phase_end(const Response& response, const char* phase) override;
     bool saw_phase = false;
+    std::string prefix;  // the set's timeline prefix (ProcessSetState::timeline_prefix)
 
    private:
     Timeline& timeline_;

@@ -49,7 +49,7 @@ bool StallInspector::due(Clock::time_point now) {
 
 StallInspector::Report StallInspector::check(const std::vector<Coordinator::PendingInfo>& pending,
                                              const std::function<Clock::time_point(const std::string&)>& local_since,
-                                             Clock::time_point now) {
+                                             Clock::time_point now, const std::string& where) {
   Report report;
   if (!enabled_) return report;
   std::ostringstream warn;
@@ -63,15 +63,15 @@ StallInspector::Report StallInspector::check(const std::vector<Coordinator::Pend
       r.type = OpType::kError;
       r.names = {p.name};
       r.error_code = StatusCode::kAborted;
-      r.error_message = "stalled collective: tensor '" + p.name + "' was submitted by ranks [" +
+      r.error_message = "stalled collective: tensor '" + p.name + "'" + where + " was submitted by ranks [" +
                         rank_list(p.ready_ranks) + "] but not by ranks [" + rank_list(p.missing_ranks) + "] for " +
                         fmt_seconds(waited) + " (HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS); horovodlite shuts down";
       report.failures.push_back(std::move(r));
       continue;
     }
     if (waited >= check_) {
-      warn << "\n  tensor '" << p.name << "': submitted by ranks [" << rank_list(p.ready_ranks) << "], missing ranks ["
-           << rank_list(p.missing_ranks) << "], waiting " << fmt_seconds(waited);
+      warn << "\n  tensor '" << p.name << "'" << where << ": submitted by ranks [" << rank_list(p.ready_ranks)
+           << "], missing ranks [" << rank_list(p.missing_ranks) << "], waiting " << fmt_seconds(waited);
       ++stalled;
     }
   }

@@ -43,8 +43,10 @@ class StallInspector {
   // Rank 0. `local_since` gives the time rank 0 itself submitted a name (or
   // Clock::time_point::max() when it has not), so that names that waited in the
   // response cache first are aged from their real start.
+  // `where` follows each tensor's name (" in process set 2 (ranks [1, 3])"; empty: the global set).
   Report check(const std::vector<Coordinator::PendingInfo>& pending,
-               const std::function<Clock::time_point(const std::string&)>& local_since, Clock::time_point now);
+               const std::function<Clock::time_point(const std::string&)>& local_since, Clock::time_point now,
+               const std::string& where = "");
 
  private:
   bool enabled_;

@@ -119,6 +119,55 @@ TEST(Fusion, MergesOnlyCompatibleNeighboursUpToTheThreshold) {
   EXPECT_EQ(fused[2].names, (std::vector<std::string>{"s2", "s3"}));
 }
 
+// Allgathers (bytes: the gathered output) and host reducescatters (bytes: the
+// input) fuse with compatible neighbours up to the threshold; device ones and
+// reducescatters with other reduce ops do not; DISABLE_GROUP_FUSION keeps groups apart.
+TEST(Fusion, AllgatherAndReducescatterFuseUpToTheThreshold) {
+  auto ag = [](const std::string& n, std::vector<int64_t> rows, uint64_t group = 0) {
+    Response r;
+    r.type = OpType::kAllgather;
+    r.names = {n};
+    r.tensor_sizes = std::move(rows);
+    r.shape = {r.tensor_sizes[0], 2};
+    r.group_id = group;
+    return r;
+  };
+  auto rs = [](const std::string& n, int64_t dim0, ReduceOp op = ReduceOp::kSum, int32_t device = kCpuDevice) {
+    Response r;
+    r.type = OpType::kReducescatter;
+    r.names = {n};
+    r.shape = {dim0, 4};
+    r.reduce_op = op;
+    r.device = device;
+    return r;
+  };
+  EXPECT_EQ(response_bytes(ag("a", {1, 2, 3})), 6 * 2 * 4);
+  EXPECT_EQ(response_bytes(rs("r", 5)), 5 * 4 * 4);
+  std::vector<Response> in = {ag("a", {1, 2}), ag("b", {3, 0}), ag("c", {1, 1})};
+  auto out = fuse_responses(in, 48);  // 24 + 24 bytes, then 16
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(out[0].tensor_sizes, (std::vector<int64_t>{1, 2, 3, 0}));
+  EXPECT_EQ(fuse_responses(in, 1 << 20).size(), 1u);
+  EXPECT_EQ(fuse_responses(in, 0).size(), 3u);
+  std::vector<Response> scatters = {rs("r0", 2), rs("r1", 2), rs("r2", 2, ReduceOp::kMax), rs("r3", 2),
+                                    rs("r4", 2, ReduceOp::kSum, 0)};
+  out = fuse_responses(scatters, 1 << 20);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].names, (std::vector<std::string>{"r0", "r1"}));
+  EXPECT_EQ(out[3].names, std::vector<std::string>{"r4"});  // a device tensor: on its own
+  // Groups: fused across groups by default, not with DISABLE_GROUP_FUSION.
+  std::vector<Response> grouped = {ag("u0", {1, 1}), ag("g0", {1, 1}, 7), ag("u1", {1, 1}), ag("g1", {1, 1}, 7),
+                                   ag("h0", {1, 1}, 9)};
+  EXPECT_EQ(fuse_responses(grouped, 1 << 20).size(), 1u);
+  out = fuse_responses(grouped, 1 << 20, /*disable_group_fusion=*/true);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].names, std::vector<std::string>{"u0"});
+  EXPECT_EQ(out[1].names, (std::vector<std::string>{"g0", "g1"}));  // the group side by side
+  EXPECT_EQ(out[2].names, std::vector<std::string>{"u1"});
+  EXPECT_EQ(out[3].names, std::vector<std::string>{"h0"});
+}
+
 TEST(Coordinator, ReadyOnlyWhenEveryRankAskedAndMismatchNamesRanks) {
   Coordinator c(3);
   Request q;

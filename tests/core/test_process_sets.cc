@@ -336,3 +336,79 @@ TEST(ProcessSetsConfig, InitSetsAndTheDynamicVariable) {
   EXPECT_FALSE(horovodlite::is_initialized());
   HVL_ASSERT_OK(restart_with({{"HOROVODLITE_DYNAMIC_PROCESS_SETS", "1"}}));
 }
+
+// A mismatch inside a set whose ranks are not 0..n-1: the error names the
+// members by their global ranks and says which set.
+TEST_F(ProcessSets, MismatchErrorsNameGlobalRanksAndTheSet) {
+  const int size = horovodlite::size(), rank = horovodlite::rank();
+  if (size < 3) GTEST_SKIP() << "needs a set of two ranks that are not ranks 0 and 1 of the world";
+  std::vector<int> ranks;
+  for (int r = 1; r < size; ++r) ranks.push_back(r);
+  ProcessSet tail;
+  HVL_ASSERT_OK(add_process_set(ranks, &tail));
+  if (!tail.included()) return;
+  Buffer b(DataType::kFloat32, Shape{rank == size - 1 ? 6 : 4});
+  AllreduceOptions o;
+  o.process_set = tail;
+  const Status s = allreduce_async("ps.bad", b.view(), b.view(), o)->wait();
+  EXPECT_EQ(s.code(), StatusCode::kMismatch) << s.to_string();
+  const std::string where = "in process set " + std::to_string(tail.id()) + " (ranks [" + [&] {
+    std::string l;
+    for (size_t i = 0; i < ranks.size(); ++i) l += (i ? ", " : "") + std::to_string(ranks[i]);
+    return l;
+  }() + "])";
+  EXPECT_NE(s.message().find("Mismatched shapes for tensor 'ps.bad' (allreduce) " + where), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("rank 1: [4]"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("rank " + std::to_string(size - 1) + ": [6]"), std::string::npos) << s.message();
+  // The set keeps working.
+  Buffer ok(DataType::kFloat32, Shape{3});
+  HVL_ASSERT_OK(allreduce_async("ps.after_bad", ok.view(), ok.view(), o)->wait());
+}
+
+// A stall inside a set (ranks 1..n-1) shuts the job down; its members' ops fail
+// with the stall naming global ranks and the set, and rank 0, outside the set,
+// learns the same reason rather than a generic "shutdown() was called".
+TEST_F(ProcessSets, StallInASetTellsEveryRankWhy) {
+  const int size = horovodlite::size(), rank = horovodlite::rank();
+  if (size < 3) GTEST_SKIP() << "needs a set of two ranks and a rank outside it";
+  HVL_ASSERT_OK(
+      restart_with({{"HOROVODLITE_STALL_CHECK_TIME_SECONDS", "1"}, {"HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS", "2"}}));
+  std::vector<int> ranks;
+  for (int r = 1; r < size; ++r) ranks.push_back(r);
+  ProcessSet tail, self;
+  HVL_ASSERT_OK(add_process_set(ranks, &tail));
+  HVL_ASSERT_OK(add_process_set({0}, &self));
+  Buffer b(DataType::kFloat32, Shape{4});
+  const std::string where = "' in process set " + std::to_string(tail.id()) + " (ranks [1, ";
+  Status s;
+  if (tail.included()) {
+    // Rank 1 waits in 'ps.stuck', the other members in a name rank 1 never submits.
+    AllreduceOptions o;
+    o.process_set = tail;
+    s = allreduce_async(rank == 1 ? "ps.stuck" : "ps.elsewhere", b.view(), b.view(), o)->wait();
+    EXPECT_EQ(s.code(), StatusCode::kAborted) << s.to_string();
+    if (rank == 1) {
+      EXPECT_NE(s.message().find("tensor 'ps.stuck" + where), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find("was submitted by ranks [1] but not by ranks [2"), std::string::npos) << s.message();
+    }
+  } else {
+    // Rank 0 runs ops on a set of its own until the runtime stops (and says why).
+    AllreduceOptions o;
+    o.process_set = self;
+    for (int i = 0; i < 60000 && s.ok(); ++i) {
+      s = allreduce_async("ps.poll", b.view(), b.view(), o)->wait();
+      if (s.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(s.code(), StatusCode::kAborted) << s.to_string();
+    EXPECT_NE(s.message().find("shut down after a stall"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("stalled collective: tensor 'ps."), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(where), std::string::npos) << s.message();
+  }
+  // Every rank: later ops fail with the stall too.
+  const Status after = allreduce_async("ps.after", b.view(), b.view(), {})->wait();
+  EXPECT_NE(after.message().find("shut down after a stall"), std::string::npos) << after.message();
+  EXPECT_NE(after.message().find("stalled collective"), std::string::npos) << after.message();
+  HVL_ASSERT_OK(
+      restart_with({{"HOROVODLITE_STALL_CHECK_TIME_SECONDS", ""}, {"HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS", ""}}));
+}

@@ -145,3 +145,57 @@ TEST(Timeline, EscapesNames) {
   EXPECT_TRUE(events_by_tensor(trace).count(odd));
   unlink(path.c_str());
 }
+
+// The same name on the global set and on a process set: each set has its own
+// rows ("process_set_<id>/" + name), and the set's ready marks name global ranks.
+TEST(Timeline, EachProcessSetHasItsOwnRows) {
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  if (size < 2) GTEST_SKIP() << "needs a process set other than the world";
+  // Rank 0 and the last rank (only rank 0 at np 2: {0, 1} is the world).
+  const std::vector<int> members = size > 2 ? std::vector<int>{0, size - 1} : std::vector<int>{0};
+  ASSERT_TRUE(shutdown().ok());
+  InitOptions options;
+  options.process_sets = {members};
+  HVL_ASSERT_OK(init(options));
+  const ProcessSet set = horovodlite::process_sets().at(1);
+  int32_t pid = static_cast<int32_t>(getpid());
+  HVL_ASSERT_OK(broadcast_async("tl.ps.pid", TensorView{&pid, DataType::kInt32, {1}}, 0)->wait());
+  const std::string path = "/tmp/hvl_timeline_sets_" + std::to_string(pid) + ".json";
+  HVL_ASSERT_OK(start_timeline(path));
+  std::vector<float> world(8, 1.0f), subset(8, 1.0f);
+  TensorView tw{world.data(), DataType::kFloat32, {8}}, ts{subset.data(), DataType::kFloat32, {8}};
+  AllreduceOptions on_set;
+  on_set.op = ReduceOp::kSum;
+  on_set.process_set = set;
+  HandlePtr hs = set.included() ? allreduce_async("tl.same", ts, ts, on_set) : nullptr;
+  HandlePtr hw = allreduce_async("tl.same", tw, tw, {ReduceOp::kSum});
+  HVL_ASSERT_OK(hw->wait());
+  if (hs) {
+    HVL_ASSERT_OK(hs->wait());
+  }
+  EXPECT_EQ(world[0], static_cast<float>(size));
+  if (hs) {
+    EXPECT_EQ(subset[0], static_cast<float>(members.size()));
+  }
+  HVL_ASSERT_OK(barrier_async()->wait());
+  HVL_ASSERT_OK(stop_timeline());
+  if (rank == 0) {
+    nlohmann::json trace;
+    ASSERT_NO_THROW(trace = nlohmann::json::parse(read_file(path)));
+    auto by = events_by_tensor(trace);
+    const std::string row = "process_set_" + std::to_string(set.id()) + "/tl.same";
+    ASSERT_TRUE(by.count("tl.same"));
+    ASSERT_TRUE(by.count(row)) << "no row '" << row << "'";
+    EXPECT_EQ(by["tl.same"].names.count("ALLREDUCE"), 1u);
+    EXPECT_EQ(by[row].names.count("ALLREDUCE"), 1u);
+    EXPECT_EQ(by["tl.same"].names.count("NEGOTIATE_ALLREDUCE"), 1u);
+    EXPECT_EQ(by[row].names.count("NEGOTIATE_ALLREDUCE"), 1u);
+    std::set<int> all;
+    for (int r = 0; r < size; ++r) all.insert(r);
+    EXPECT_EQ(by["tl.same"].ready_ranks, all);
+    EXPECT_EQ(by[row].ready_ranks, std::set<int>(members.begin(), members.end()));
+    unlink(path.c_str());
+  }
+  ASSERT_TRUE(shutdown().ok());
+  HVL_ASSERT_OK(init());
+}

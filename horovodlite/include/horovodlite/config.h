@@ -13,8 +13,12 @@ namespace horovodlite {
 enum class LogLevel : uint8_t { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4, kFatal = 5 };
 
 struct Config {
-  // FUSION_THRESHOLD (bytes): the largest fused allreduce batch; 0 disables fusion.
+  // FUSION_THRESHOLD (bytes): the largest fused allreduce, allgather or
+  // reducescatter batch; 0 disables fusion.
   int64_t fusion_threshold_bytes = 128ll * 1024 * 1024;
+  // DISABLE_GROUP_FUSION (0/1): the tensors of a grouped op fuse only with each
+  // other, never with tensors outside the group (Horovod's HOROVOD_DISABLE_GROUP_FUSION).
+  bool disable_group_fusion = false;
   // CYCLE_TIME (milliseconds, fractional allowed): the longest the background
   // thread waits before a negotiation cycle; it wakes at once on new work.
   double cycle_time_ms = 1.0;

@@ -171,8 +171,9 @@ HandlePtr reducescatter_async(const std::string& name, const TensorView& input, 
 // grouped_reducescatter) ----
 // A group's tensors are negotiated and executed as one: none of them is ready
 // until every member has been enqueued on every rank; then they are run in the
-// same cycle, side by side, and a group's allreduces are fused together (up to
-// the fusion threshold, as Horovod). If the ranks disagree about one member
+// same cycle, side by side, and a group's allreduces (and host allgathers and
+// reducescatters) are fused together (up to the fusion threshold, as Horovod;
+// DISABLE_GROUP_FUSION keeps them from fusing with tensors outside the group). If the ranks disagree about one member
 // (shape, dtype, ...) or about the group itself, every member fails with a
 // message naming that tensor and the ranks. A group is known by the set of its
 // names (the order does not matter): every rank must group the same names.

@@ -1,5 +1,7 @@
 #include "ops/mpi_allgather.h"
 
+#include <cstring>
+
 #include "op_util.h"
 #include "ops/outputs.h"
 
@@ -16,6 +18,76 @@ Status MpiAllgather::allgather(const Response& r, TensorEntry& e) {
   HVL_MPI_CHECK(
       MPI_Allgatherv(e.input.data, counts[mpi_.rank()], t, out.data, counts.data(), displs.data(), t, mpi_.comm()));
   e.handle->set_output(out);
+  return Status::OK();
+}
+
+Status MpiAllgather::fused(const OpArgs& args) {
+  const Response& r = args.response;
+  const std::vector<TensorEntry*>& entries = args.entries;
+  const size_t n = entries.size();
+  const int size = mpi_.size(), me = mpi_.rank();
+  const size_t elem = dtype_size(r.dtype);
+  if (r.tensor_sizes.size() != n * static_cast<size_t>(size)) {
+    return Status::Internal("fused allgather of '" + r.names[0] + "': " + std::to_string(r.tensor_sizes.size()) +
+                            " sizes for " + std::to_string(n) + " tensors of " + std::to_string(size) + " ranks");
+  }
+  auto rows = [&](size_t t, int rank) { return r.tensor_sizes[t * size + rank]; };
+  // Elements of rank r's block (its rows of every tensor), and the offset of
+  // tensor t's rows inside a block.
+  std::vector<int64_t> row(n), block(size, 0), total_rows(n, 0);
+  for (size_t t = 0; t < n; ++t) {
+    row[t] = row_elements(entries[t]->input.shape);
+    for (int k = 0; k < size; ++k) {
+      block[k] += rows(t, k) * row[t];
+      total_rows[t] += rows(t, k);
+    }
+  }
+  std::vector<int> counts, displs;
+  HVL_RETURN_IF_ERROR(to_int_counts(r.names[0], block, &counts, &displs));
+  int64_t total = 0;
+  for (int64_t b : block) total += b;
+
+  // Every output allocated here, then one agreement for all of them.
+  Status local;
+  std::vector<TensorView> outs(n);
+  for (size_t t = 0; local.ok() && t < n; ++t)
+    local = entries[t]->allocate(with_dim0(entries[t]->input.shape, total_rows[t]), &outs[t]);
+  char* buf = nullptr;
+  if (local.ok()) {
+    buf = static_cast<char*>(fusion_->get(std::max<size_t>(static_cast<size_t>(total) * elem, 1)));
+    if (buf == nullptr) local = Status::Internal("out of memory allocating the allgather fusion buffer");
+  }
+  HVL_RETURN_IF_ERROR(
+      agree_across_ranks(mpi_.comm(), local, r.names[0], "its output was too large or could not be allocated"));
+
+  {
+    ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");
+    char* at = buf + static_cast<int64_t>(displs[me]) * elem;
+    for (size_t t = 0; t < n; ++t) {
+      const int64_t bytes = rows(t, me) * row[t] * static_cast<int64_t>(elem);
+      if (bytes > 0) std::memcpy(at, entries[t]->input.data, static_cast<size_t>(bytes));
+      at += bytes;
+    }
+  }
+  {
+    ObservedPhase phase(args.observer, r, name());
+    MPI_Datatype type = MpiContext::move_type(r.dtype);
+    HVL_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, type, buf, counts.data(), displs.data(), type, mpi_.comm()));
+  }
+  {
+    ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
+    std::vector<int64_t> written(n, 0);  // bytes of each output filled so far
+    for (int k = 0; k < size; ++k) {
+      const char* at = buf + static_cast<int64_t>(displs[k]) * elem;
+      for (size_t t = 0; t < n; ++t) {
+        const int64_t bytes = rows(t, k) * row[t] * static_cast<int64_t>(elem);
+        if (bytes > 0) std::memcpy(static_cast<char*>(outs[t].data) + written[t], at, static_cast<size_t>(bytes));
+        written[t] += bytes;
+        at += bytes;
+      }
+    }
+  }
+  for (size_t t = 0; t < n; ++t) entries[t]->handle->set_output(outs[t]);
   return Status::OK();
 }
 

@@ -32,3 +32,75 @@ Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e) {
 }
 
 }  // namespace horovodlite
+
+namespace horovodlite {
+
+Status MpiReducescatter::fused(const OpArgs& args) {
+  const Response& r = args.response;
+  const std::vector<TensorEntry*>& entries = args.entries;
+  const size_t n = entries.size();
+  const int size = mpi_.size(), me = mpi_.rank();
+  const size_t elem = dtype_size(r.dtype);
+  // counts[t][k]: elements of tensor t's block for rank k; block[k]: rank k's
+  // block of the fused buffer (its rows of every tensor).
+  std::vector<std::vector<int64_t>> counts(n);
+  std::vector<int64_t> block(size, 0);
+  int64_t total = 0;
+  for (size_t t = 0; t < n; ++t) {
+    counts[t] = reducescatter_counts(entries[t]->input.shape, size);
+    for (int k = 0; k < size; ++k) block[k] += counts[t][k];
+    total += entries[t]->input.num_elements();
+  }
+  std::vector<int> icounts, displs;
+  HVL_RETURN_IF_ERROR(to_int_counts(r.names[0], block, &icounts, &displs));
+
+  Status local;
+  std::vector<TensorView> outs(n);
+  for (size_t t = 0; local.ok() && t < n; ++t) {
+    const Shape& shape = entries[t]->input.shape;
+    local = entries[t]->allocate(with_dim0(shape, reducescatter_rows(shape[0], size, me)), &outs[t]);
+  }
+  // The packed input, then this rank's reduced block.
+  char* buf = nullptr;
+  if (local.ok()) {
+    buf = static_cast<char*>(fusion_->get(std::max<size_t>(static_cast<size_t>(total + block[me]) * elem, 1)));
+    if (buf == nullptr) local = Status::Internal("out of memory allocating the reducescatter fusion buffer");
+  }
+  HVL_RETURN_IF_ERROR(
+      agree_across_ranks(mpi_.comm(), local, r.names[0], "its output was too large or could not be allocated"));
+  char* result = buf + total * static_cast<int64_t>(elem);
+
+  {
+    ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");
+    std::vector<int64_t> read(n, 0);  // elements of each input packed so far
+    char* at = buf;
+    for (int k = 0; k < size; ++k) {
+      for (size_t t = 0; t < n; ++t) {
+        const int64_t c = counts[t][k];
+        kernels::scale_copy(at, static_cast<const char*>(entries[t]->input.data) + read[t] * static_cast<int64_t>(elem),
+                            c, r.dtype, r.prescale);
+        read[t] += c;
+        at += c * static_cast<int64_t>(elem);
+      }
+    }
+  }
+  {
+    ObservedPhase phase(args.observer, r, name());
+    HVL_MPI_CHECK(MPI_Reduce_scatter(buf, result, icounts.data(), mpi_.reduce_type(r.dtype),
+                                     mpi_.reduce_op(effective_op(r.reduce_op), r.dtype), mpi_.comm()));
+  }
+  {
+    ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
+    const double post = effective_postscale(r, size);
+    const char* at = result;
+    for (size_t t = 0; t < n; ++t) {
+      const int64_t c = counts[t][me];
+      kernels::scale_copy(outs[t].data, at, c, r.dtype, post);
+      at += c * static_cast<int64_t>(elem);
+    }
+  }
+  for (size_t t = 0; t < n; ++t) entries[t]->handle->set_output(outs[t]);
+  return Status::OK();
+}
+
+}  // namespace horovodlite

@@ -10,6 +10,9 @@ namespace horovodlite {
 
 // MPI_Reduce_scatter of a host tensor: rank i gets the reduced block of rows i
 // (the first dim0 % size ranks one row more), prescaled through the fusion buffer.
+// A fused response (several names) is one MPI_Reduce_scatter: the fusion buffer
+// holds, for each rank in turn, that rank's rows of every tensor, so that each
+// rank receives its rows of every tensor in one block, unpacked into the outputs.
 class MpiReducescatter : public Algorithm {
  public:
   MpiReducescatter(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion)
@@ -17,11 +20,12 @@ class MpiReducescatter : public Algorithm {
   const char* name() const override { return "MPI_REDUCE_SCATTER"; }
   bool enabled(const Response&) const override { return true; }
   OpResult run(const OpArgs& args) override {
-    return OpResult{reducescatter(args.response, *args.entries.at(0)), name()};
+    return OpResult{args.entries.size() == 1 ? reducescatter(args.response, *args.entries[0]) : fused(args), name()};
   }
 
  private:
   Status reducescatter(const Response& r, TensorEntry& e);
+  Status fused(const OpArgs& args);
   const MpiContext& mpi_;
   std::shared_ptr<FusionBuffer> fusion_;
 };

@@ -32,6 +32,7 @@ import torch
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
 from horovodlite.torch._compat import backward_pass_key, register_grad_ready_hook
+from horovodlite.torch._sparse_grads import SparseGradients
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
 from horovodlite.torch.mpi_ops import (  # noqa: F401
@@ -93,6 +94,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
+        self._sparse = SparseGradients()  # parameters whose gradients every rank knows to be sparse
         self.process_set = process_set
 
         self._handles = {}          # parameter (or group tuple) -> _Pending, or None until sent
@@ -207,8 +209,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
-            # Not computed here, but another rank may have computed it: send zeros.
-            p.grad = p.data.new(p.size()).zero_()
+            # Not computed here, but another rank may have computed it: send zeros
+            # (an empty sparse gradient where every rank knows p's are sparse).
+            empty = None if self.sparse_as_dense else self._sparse.empty_grad(p)
+            p.grad = p.data.new(p.size()).zero_() if empty is None else empty
         name = self._parameter_names.get(p)
         tensor = p.grad
         if tensor.is_sparse:
@@ -236,7 +240,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _sparse_allreduce_grad_async(self, p, name):
         """A sparse gradient with sparse_as_dense=False: allgather of its indices
         and values, averaged or summed (Horovod's sparse_allreduce_async)."""
-        handle = sparse_allreduce_async(p.grad, name=name, op=self.op, process_set=self.process_set)
+        handle = self._sparse.allreduce_async(p, p.grad, name, self.op, self.process_set)
         # The result is final and not compressed: decompress() must leave it as it is.
         return _Pending(handle, p.grad.dtype if self._compression is Compression.fp16 else None)
 
@@ -325,6 +329,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p, pending in list(self._handles.items()):
             if pending is None:
                 self._handles[p] = self._allreduce_grad_async(p)
+        # Every allreduce has been issued: first sparse exchanges may now wait for their checks.
+        self._sparse.start()
         # Pieces that arrived after their allreduce left: reduce them too (all
         # issued before any wait, so ranks cannot wait on each other's order).
         late = {}

@@ -1,6 +1,8 @@
 """Grouped collectives are negotiated and executed as one group (Horovod 0.28's
 group_id): results, and a disagreement inside a group failing every member."""
 
+import json
+
 import horovodlite.torch as hvd
 import pytest
 import torch
@@ -89,3 +91,56 @@ def test_group_split_differently_on_one_rank_is_an_error(rank):
     if rank != 0:  # rank 0's one grouped handle raises its first member's error
         assert any("Mismatched groups for tensor 'py.group.split.1'" in e for e in errors), errors
     hvd.barrier()
+
+
+def _timeline_rows(path):
+    """{tensor name: [event names]} from a timeline file (rank 0 writes it)."""
+    with open(path) as f:
+        trace = json.load(f)
+    names = {e["pid"]: e["args"]["name"] for e in trace if e.get("ph") == "M" and e.get("name") == "process_name"}
+    rows = {}
+    for e in trace:
+        if e.get("ph") != "M" and e.get("pid") in names:
+            rows.setdefault(names[e["pid"]], []).append(e["name"])
+    return rows
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.int64, torch.float16, torch.float32,
+                                   torch.float64])
+def test_grouped_allgather_and_reducescatter_are_fused(dtype, rank, size, tmp_path):
+    """A group's allgathers (uneven first dimensions, one rank with no rows) and
+    its reducescatters run as one fused collective each (the timeline shows the
+    fusion-buffer copies on every member's row; a tensor run on its own has
+    none), with the results of the per-tensor ops."""
+    tag = str(dtype).split(".")[-1]
+    path = hvd.broadcast_object(str(tmp_path / "fused.json"), root_rank=0, name="py.fused.path." + tag)
+
+    def values(shape, salt, r=rank):
+        return ((torch.arange(int(torch.Size(shape).numel())).reshape(shape) * 3 + 7 * r + salt) % 50).to(dtype)
+
+    def gather_shapes(r):
+        return [(r + 1, 3), ((r % 2) * 2, 2, 2), (size - r,)]
+
+    gather = [values(s, i) for i, s in enumerate(gather_shapes(rank))]
+    scatter = [values(s, 3 + i) for i, s in enumerate([(2 * size + 1, 3), (1, 2), (3 * size + 2,)])]
+    single_gather = [hvd.allgather(t, name="py.fused.ref.ag.%s.%d" % (tag, i)) for i, t in enumerate(gather)]
+    single_scatter = [hvd.reducescatter(t, op=hvd.Sum, name="py.fused.ref.rs.%s.%d" % (tag, i))
+                      for i, t in enumerate(scatter)]
+    hvd.start_timeline(path)
+    got_gather = hvd.grouped_allgather(gather, name="py.fused.ag." + tag)
+    got_scatter = hvd.grouped_reducescatter(scatter, op=hvd.Sum, name="py.fused.rs." + tag)
+    hvd.barrier()
+    hvd.stop_timeline()
+    for got, ref in zip(got_gather + got_scatter, single_gather + single_scatter):
+        assert got.dtype == ref.dtype and torch.equal(got, ref)
+    for i, ref in enumerate(single_gather):  # and the gather itself
+        assert torch.equal(ref, torch.cat([values(gather_shapes(r)[i], i, r) for r in range(size)]))
+    if rank == 0:
+        rows = _timeline_rows(path)
+        for name in ["py.fused.ag.%s.%d" % (tag, i) for i in range(3)] + \
+                    ["py.fused.rs.%s.%d" % (tag, i) for i in range(3)]:
+            assert name in rows, sorted(rows)
+            assert "MEMCPY_IN_FUSION_BUFFER" in rows[name], (name, rows[name])
+            assert "MEMCPY_OUT_FUSION_BUFFER" in rows[name], (name, rows[name])
+        assert rows["py.fused.ag.%s.0" % tag].count("MPI_ALLGATHERV") == 1
+        assert rows["py.fused.rs.%s.0" % tag].count("MPI_REDUCE_SCATTER") == 1

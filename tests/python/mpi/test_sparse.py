@@ -2,6 +2,8 @@
 values) and DistributedOptimizer with nn.Embedding(sparse=True) and
 sparse_as_dense=False; results equal the dense computation."""
 
+import faulthandler
+
 import horovodlite.torch as hvd
 import pytest
 import torch
@@ -100,3 +102,77 @@ def test_distributed_optimizer_sparse_embedding(kind, rank, size):
     # and every rank holds the same parameters
     flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
     assert torch.equal(flat, hvd.broadcast(flat, root_rank=0, name="sparse.params"))
+
+
+def _embedding_loss(net, ids, use_embedding):
+    """The loss of a step in which this rank may compute no embedding gradient."""
+    if use_embedding:
+        return _loss(net, ids)
+    return net.out(torch.ones(2, 6)).pow(2).mean()
+
+
+def _deadline(seconds=120):
+    """Ends the process (with tracebacks) if a test hangs: a stall must fail the
+    suite, not keep it waiting for its timeout."""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+
+
+def test_sparse_param_without_gradient_on_one_rank(rank, size):
+    """Step 1: every rank computes the embedding's sparse gradient (so every rank
+    knows it is sparse). Steps 2 and 3: the last rank computes none (its loss does
+    not use the embedding; zero_grad sets grads to None): it contributes an empty
+    sparse gradient, and the result equals the dense computation."""
+    steps = 3
+    uses = [[s == 0 or r != size - 1 for s in range(steps)] for r in range(size)]
+    net = _Net(sparse=True)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.5),
+                                   named_parameters=net.named_parameters(), sparse_as_dense=False)
+    _deadline()
+    try:
+        for step, ids in enumerate(_batches(rank, steps)):
+            opt.zero_grad(set_to_none=True)
+            _embedding_loss(net, ids, uses[rank][step]).backward()
+            if not uses[rank][step]:
+                assert net.emb.weight.grad is None
+            opt.step()
+            assert net.emb.weight.grad.is_sparse
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    ref = _Net(sparse=False)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    all_batches = [_batches(r, steps) for r in range(size)]
+    for step in range(steps):
+        ref_opt.zero_grad()
+        (sum(_embedding_loss(ref, all_batches[r][step], uses[r][step]) for r in range(size)) / size).backward()
+        ref_opt.step()
+    for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6), name
+
+
+def test_sparse_param_first_step_without_gradient_is_an_error(rank, size):
+    """The last rank computes no gradient for the embedding in the first step: it
+    cannot know that the others send it sparse. Every rank gets an error at once
+    naming the tensor and the ranks (no stall), and horovodlite keeps working."""
+    net = _Net(sparse=True)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.5),
+                                   named_parameters=[("first." + n, p) for n, p in net.named_parameters()],
+                                   sparse_as_dense=False)
+    ids = _batches(rank, 1)[0]
+    _deadline()
+    try:
+        opt.zero_grad(set_to_none=True)
+        _embedding_loss(net, ids, rank != size - 1).backward()
+        with pytest.raises(hvd.HorovodInternalError) as info:
+            opt.step()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    message = str(info.value)
+    assert "Mismatched operations for tensor 'first.emb.weight'" in message, message
+    assert "rank %d: allreduce" % (size - 1) in message, message
+    assert "rank 0: allgather" in message, message
+    if rank != size - 1:
+        assert "sparse_as_dense=True" in message, message
+    # The other parameters' allreduces were issued everywhere: they complete; then
+    # the runtime goes on.
+    assert torch.equal(hvd.allreduce(torch.ones(3), op=hvd.Sum, name="sparse.after.error"),
+                       torch.full((3,), float(size)))

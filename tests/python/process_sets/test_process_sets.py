@@ -205,3 +205,23 @@ def test_optimizer_on_a_subset_equals_one_process_on_the_concatenated_batch(dyna
         ref_opt.step()
     for p, q in zip(net.parameters(), ref.parameters()):
         assert torch.allclose(p, q, rtol=1e-9, atol=1e-12)
+
+
+def test_errors_in_a_set_name_global_ranks_and_the_set(dynamic):
+    """A set of ranks 1..n-1: a mismatch names its members by their global ranks
+    and says which set (its coordinator numbers them 0..n-2 inside the set)."""
+    size, rank = hvd.size(), hvd.rank()
+    if size < 3:
+        pytest.skip("needs a set of two ranks that are not ranks 0 and 1")
+    tail = hvd.add_process_set(list(range(1, size)))
+    if tail.included():
+        n = 6 if rank == size - 1 else 4
+        with pytest.raises(hvd.HorovodInternalError) as info:
+            hvd.allreduce(torch.ones(n), name="py.ps.bad", process_set=tail)
+        message = str(info.value)
+        ranks = ", ".join(str(r) for r in range(1, size))
+        assert "Mismatched shapes for tensor 'py.ps.bad' (allreduce) in process set %d (ranks [%s])" % (
+            tail.process_set_id, ranks) in message, message
+        assert "rank 1: [4]" in message and "rank %d: [6]" % (size - 1) in message, message
+    hvd.barrier()
+    hvd.remove_process_set(tail)
