@@ -36,11 +36,16 @@ run() {
   local name="$1" hosts="$2" per="$3" backend="$4" comp="$5" i
   for i in $(seq 1 "$repeats"); do
     local json="$out/runs/${name}_$i.json"
+    rm -f "$json"
     if [ "$hosts" = 0 ]; then
-      "${worker[@]}" --backend "$backend" --out "$json" >"$out/runs/${name}_$i.log" 2>&1
+      "${worker[@]}" --backend "$backend" --out "$json" >"$out/runs/${name}_$i.log" 2>&1 || true
     else
       "$ROOT/tests/multihost/run_on_hosts.sh" "$hosts" "$per" "$rate" -- "${worker[@]}" --backend "$backend" \
-        --compression "$comp" --out "$json" >"$out/runs/${name}_$i.log" 2>&1
+        --compression "$comp" --out "$json" >"$out/runs/${name}_$i.log" 2>&1 || true
+    fi
+    if [ ! -s "$json" ]; then  # a failed run is reported, not fatal
+      echo "== $name run $i/$repeats: FAILED, see $out/runs/${name}_$i.log"
+      continue
     fi
     echo "== $name run $i/$repeats: $("$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.1f samples/s, step %.1f ms" % (r["samples_per_s"], r["step_ms"]))' "$json")"
   done
