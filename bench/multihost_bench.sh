@@ -23,6 +23,8 @@ bench="$build/bench/allreduce_bench"
 [ -x "$bench" ] || { echo "$0: build $bench first (ci/build.sh)" >&2; exit 1; }
 mkdir -p "$out/runs"
 out="$(cd "$out" && pwd)"
+rm -f "$out/failed_runs.txt"
+uptime | tee "$out/uptime_start.txt"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # run NAME HOSTS PER_HOST [ENV=VALUE...]
@@ -32,13 +34,23 @@ run() {
   local i
   for i in $(seq 1 "$repeats"); do
     echo "== $name run $i/$repeats"
-    env "$@" "$ROOT/tests/multihost/run_on_hosts.sh" "$hosts" "$per" "$rate" -- "$bench" --min-bytes 4096 \
+    # A failed run (e.g. the watchdog ending a stalled job) is logged and
+    # counted, not fatal: the medians use the runs that completed.
+    if env "$@" "$ROOT/tests/multihost/run_on_hosts.sh" "$hosts" "$per" "$rate" -- "$bench" --min-bytes 4096 \
       --max-bytes $((64 << 20)) --iters-percent 25 --no-resnet --csv "$out/runs/${name}_$i.csv" \
-      | tee "$out/runs/${name}_$i.log" | grep -E "^ +67108864|latency"
+      >"$out/runs/${name}_$i.log" 2>&1; then
+      grep -E "^ +67108864|latency" "$out/runs/${name}_$i.log" || true
+    else
+      echo "FAILED (exit $?): $(grep -m1 -E 'no progress|error' "$out/runs/${name}_$i.log" | cut -c1-200)"
+      echo "$name $i" >>"$out/failed_runs.txt"
+      rm -f "$out/runs/${name}_$i.csv"
+    fi
   done
 }
 run 2x1 2 1
 run 2x2 2 2
 run 2x2_flat 2 2 HOROVODLITE_HIERARCHICAL_ALLREDUCE=0
 run 4x1 4 1
+uptime | tee "$out/uptime_end.txt"
+[ -f "$out/failed_runs.txt" ] && echo "failed runs: $(paste -sd, "$out/failed_runs.txt")"
 /usr/bin/python3 "$ROOT/bench/plot_multihost.py" "$out"

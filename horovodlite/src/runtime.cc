@@ -60,6 +60,8 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   rt->watchdog_ = std::make_unique<Watchdog>(
       rt->config_.peer_timeout_s,
       [r = rt.get()](const std::string& step, double waited) { r->on_peer_timeout(step, waited); });
+  // Host names, so that the watchdog names the peer a ring waited for.
+  HVL_RETURN_IF_ERROR(rt->watchdog_->learn_peers(rt->mpi_.comm()));
   rt->global_->controller = rt->make_controller(*rt->global_);
   // Static process sets: collective over every rank, before the thread starts.
   for (const std::vector<int>& ranks : options.process_sets) {

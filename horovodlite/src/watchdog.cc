@@ -1,8 +1,60 @@
 #include "watchdog.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+
+#include "mpi_context.h"
 
 namespace horovodlite {
+
+namespace {
+
+std::atomic<int> g_waiting_for{-1};  // MPI_COMM_WORLD rank, or -1
+
+}  // namespace
+
+WaitingFor::WaitingFor(int world_rank) { g_waiting_for.store(world_rank, std::memory_order_relaxed); }
+WaitingFor::~WaitingFor() { g_waiting_for.store(-1, std::memory_order_relaxed); }
+
+int world_rank_of(MPI_Comm comm, int rank) {
+  MPI_Group group, world;
+  int out = MPI_UNDEFINED;
+  if (MPI_Comm_group(comm, &group) != MPI_SUCCESS) return -1;
+  if (MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS) {
+    if (MPI_Group_translate_ranks(group, 1, &rank, world, &out) != MPI_SUCCESS) out = MPI_UNDEFINED;
+    MPI_Group_free(&world);
+  }
+  MPI_Group_free(&group);
+  return out == MPI_UNDEFINED ? -1 : out;
+}
+
+Status Watchdog::learn_peers(MPI_Comm comm) {
+  struct Entry {
+    int world_rank;
+    char host[124];
+  } mine{};
+  MPI_Comm_rank(MPI_COMM_WORLD, &mine.world_rank);
+  if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) std::strcpy(mine.host, "?");
+  int size = 0;
+  HVL_MPI_CHECK_AS(MPI_Comm_size(comm, &size), "MPI_Comm_size (watchdog)");
+  std::vector<Entry> all(static_cast<size_t>(size));
+  HVL_MPI_CHECK_AS(MPI_Allgather(&mine, sizeof(Entry), MPI_BYTE, all.data(), sizeof(Entry), MPI_BYTE, comm),
+                   "MPI_Allgather (host names, watchdog)");
+  peers_.clear();
+  for (const Entry& e : all) peers_.push_back({e.world_rank, std::string(e.host, strnlen(e.host, sizeof(e.host)))});
+  return Status::OK();
+}
+
+std::string Watchdog::waiting_for() const {
+  const int world = g_waiting_for.load(std::memory_order_relaxed);
+  if (world < 0) return "";
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    if (peers_[r].world_rank == world) return " waiting for rank " + std::to_string(r) + " on host " + peers_[r].host;
+  }
+  return " waiting for MPI_COMM_WORLD rank " + std::to_string(world);
+}
 
 Watchdog::Watchdog(double timeout_s, OnExpire on_expire)
     : timeout_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))),
@@ -43,7 +95,7 @@ void Watchdog::monitor() {
     if (since == 0) continue;
     const Clock::duration waited = Clock::now() - Clock::time_point(Clock::duration(since));
     if (waited < timeout_) continue;
-    const std::string step = step_;
+    const std::string step = step_ + waiting_for();
     lock.unlock();
     on_expire_(step, std::chrono::duration<double>(waited).count());
     return;  // fires once

@@ -3,7 +3,14 @@
 // after it, leave(). A monitor thread (a condition-variable wait, no spinning)
 // calls on_expire once if one step has lasted longer than the timeout: a peer
 // has died or hung, and MPI alone would wait for ever.
+//
+// Point-to-point algorithms (the ring) say which peer they are blocked on
+// (WaitingFor); the step then names that rank and its host ("... waiting for
+// rank 2 on host node7"), which learn_peers() gathered at start. An MPI
+// collective does not say which rank it waits for: its step names none.
 #pragma once
+
+#include <mpi.h>
 
 #include <atomic>
 #include <chrono>
@@ -13,6 +20,9 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
+
+#include "horovodlite/common.h"
 
 namespace horovodlite {
 
@@ -29,8 +39,19 @@ class Watchdog {
   void enter(std::string_view step);
   void leave();
 
+  // Collective over `comm` (horovodlite's ranks): every rank's MPI_COMM_WORLD
+  // rank and host name, for naming the peer a step waited for.
+  Status learn_peers(MPI_Comm comm);
+  // " waiting for rank R on host H" for the peer WaitingFor names now; "" for none.
+  std::string waiting_for() const;
+
  private:
   void monitor();
+  struct Peer {
+    int world_rank;
+    std::string host;
+  };
+  std::vector<Peer> peers_;  // by rank in learn_peers' communicator; set before the thread waits on anything
 
   using Clock = std::chrono::steady_clock;
   const Clock::duration timeout_;
@@ -42,5 +63,18 @@ class Watchdog {
   std::string step_;
   std::thread thread_;
 };
+
+// While one lives, the background thread is blocked on the rank `world_rank`
+// of MPI_COMM_WORLD (-1: none known). Not nested; one background thread.
+class WaitingFor {
+ public:
+  explicit WaitingFor(int world_rank);
+  ~WaitingFor();
+  WaitingFor(const WaitingFor&) = delete;
+  WaitingFor& operator=(const WaitingFor&) = delete;
+};
+
+// The MPI_COMM_WORLD rank of `rank` of `comm`, or -1.
+int world_rank_of(MPI_Comm comm, int rank);
 
 }  // namespace horovodlite

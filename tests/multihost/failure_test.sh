@@ -7,7 +7,13 @@
 # kill: the second host's ranks are killed (SIGKILL). Passes when every rank of
 # the surviving host has ended within 30 s, mpirun has exited non-zero, and the
 # job's output names the lost host or its ranks. The watchdog's timeout
-# (HOROVODLITE_PEER_TIMEOUT_SECONDS) is 10 s. Exit 77 (skip) without root.
+# (HOROVODLITE_PEER_TIMEOUT_SECONDS) is 4 s, so that in link mode it fires before
+# mpirun's keepalive (at least 3 probes 2 s apart) ends the job, and its message
+# is checked: when the survivors were stuck in the ring of the 4 MiB allreduce
+# ('big', nearly all of the time), it must name the peer rank (2 or 3) and the
+# lost host it waited for. A stall inside an MPI collective (a negotiation
+# round, the 4 KiB allreduce) names no peer: MPI does not say which rank it
+# waits for. Exit 77 (skip) without root.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HOSTS_SH="$ROOT/ci/hosts.sh"
@@ -42,13 +48,12 @@ workers_on() {
   done
 }
 
-export HOROVODLITE_PEER_TIMEOUT_SECONDS=10
-# TCP keepalive on Open MPI's control connections (default: first probe after
-# 300 s): mpirun learns within about 10 s that a host's daemon is unreachable,
-# says which, and ends the job; without it mpirun waits for that daemon for
-# minutes after the watchdog has ended the surviving ranks.
+export HOROVODLITE_PEER_TIMEOUT_SECONDS=4
+# The testbed's Open MPI settings (ci/hosts.sh) include a short TCP keepalive
+# on the daemons' control connections: mpirun learns within about 10 s that a
+# host's daemon is unreachable, says which, and ends the job; without it mpirun
+# waits for that daemon for minutes after the watchdog has ended the survivors.
 "$HOSTS_SH" run mpirun -np 4 -H "$h1:2,$h2:2" --bind-to none --allow-run-as-root \
-  --mca oob_tcp_keepalive_time 4 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 \
   -x HOROVODLITE_PEER_TIMEOUT_SECONDS "$worker" >"$log" 2>&1 &
 mpirun_pid=$!
 for _ in $(seq 600); do  # at most 60 s to start
@@ -111,5 +116,22 @@ fi
 if ! grep -Eq "$h2|rank [23]\b|ranks? [^a-z]*[23]\b" "$log"; then
   echo "FAIL: the output names neither $h2 nor its ranks (2, 3)" >&2
   fail=1
+fi
+if [ "$mode" = link ]; then
+  # Each survivor's message is checked (two ranks' lines may interleave in the log).
+  named="$(grep -Eo "of 'big' waiting for rank [23] on host $h2:" "$log" | head -1)"
+  if ! grep -q "no progress for" "$log"; then
+    echo "FAIL: the watchdog did not report the stall" >&2
+    fail=1
+  elif grep -Eq "of 'big'(: | waiting for rank [0-9]+ on host [^ ]+:)" "$log" && [ -z "$named" ] ||
+    grep -Eq "of 'big' waiting for rank ([01]|[0-9]{2,}) |of 'big': " "$log"; then
+    echo "FAIL: a watchdog message for the ring does not name rank 2/3 on $h2:" >&2
+    grep "no progress for" "$log" >&2
+    fail=1
+  elif [ -n "$named" ]; then
+    echo "the watchdog named the peer: $named"
+  else
+    echo "note: the watchdog fired inside an MPI collective (no peer to name): $(grep -m1 "no progress for" "$log")"
+  fi
 fi
 exit $fail

@@ -28,6 +28,7 @@
 #include "ops/hierarchical_allreduce.h"
 #include "ops/mpi_allreduce.h"
 #include "ops/ring_backend.h"
+#include "ops/ring_segment.h"
 
 namespace horovodlite {
 namespace {
@@ -158,6 +159,21 @@ TEST(Hierarchical, TopologyIsSeveralHosts) {
   const MpiContext& m = algorithms().mpi;
   EXPECT_GT(m.cross_size(), 1);
   EXPECT_EQ(m.local_size() * m.cross_size(), m.size());
+}
+
+// Across hosts the ring's segments fit Open MPI's tcp eager limit (read through
+// MPI_T), so that no segment waits for a rendezvous reply (ops/ring_segment.h).
+TEST(RingSegment, AcrossHostsUnderTheTcpEagerLimit) {
+  const int64_t limit = tcp_eager_limit_bytes();
+  ASSERT_GT(limit, 64) << "btl_tcp_eager_limit is not readable through MPI_T, yet the tcp BTL carries this job";
+  int64_t seg = 0;
+  ASSERT_TRUE(ring_segment_bytes(MPI_COMM_WORLD, int64_t{1} << 30, true, &seg).ok());
+  EXPECT_EQ(seg, (limit - 64) / 64 * 64);
+  EXPECT_LE(seg + 64, limit);
+  ASSERT_TRUE(ring_segment_bytes(MPI_COMM_WORLD, 4096, true, &seg).ok());
+  EXPECT_EQ(seg, 4096);  // a smaller configured segment is kept
+  ASSERT_TRUE(ring_segment_bytes(MPI_COMM_WORLD, int64_t{1} << 30, false, &seg).ok());
+  EXPECT_EQ(seg, int64_t{1} << 30);  // not across hosts: as configured
 }
 
 // Hierarchical and flat ring == MPI_Allreduce, bitwise, for every dtype, op and count.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "logging.h"
+#include "ops/ring_segment.h"
 
 namespace horovodlite {
 
@@ -49,12 +50,24 @@ HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config
     HVL_LOG(kWarning, "the hierarchical allreduce is disabled: " << dup.message());
     return;
   }
+  // The ring crosses hosts: segments that go eagerly (ops/ring_segment.h).
+  int64_t segment = config.ring_segment_bytes;
+  Status seg = ring_segment_bytes(cross_, config.ring_segment_bytes, true, &segment);
+  seg = agree_across_ranks(mpi.comm(), seg, "hierarchical allreduce set-up", "choosing its segment size failed there");
+  if (!seg.ok()) {
+    HVL_LOG(kWarning, "the hierarchical allreduce is disabled: " << seg.message());
+    return;
+  }
   MPI_Comm_set_errhandler(local_, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(cross_, MPI_ERRORS_RETURN);
   local_rank_ = mpi.local_rank();
   local_size_ = mpi.local_size();
+  if (segment != config.ring_segment_bytes && mpi.rank() == 0) {
+    HVL_LOG(kDebug, "the hierarchical allreduce's ring crosses hosts: "
+                        << segment << "-byte segments (under btl_tcp_eager_limit)");
+  }
   RingAllreduceOptions options;
-  options.segment_bytes = config.ring_segment_bytes;
+  options.segment_bytes = segment;
   ring_ = std::make_unique<RingAllreduce>(cross_, options);
   threshold_ = threshold;
 }

@@ -27,6 +27,7 @@
 #include "kernels/reduce.h"
 #include "mpi_context.h"
 #include "op_util.h"
+#include "watchdog.h"
 
 namespace horovodlite {
 
@@ -72,6 +73,8 @@ RingAllreduce::RingAllreduce(MPI_Comm comm, RingAllreduceOptions options) : comm
     init_status_ = mpi_status(rc, "MPI_Comm_rank/MPI_Comm_size (RingAllreduce)");
     return;
   }
+  left_world_ = world_rank_of(comm_, mod(rank_ - 1, size_));
+  right_world_ = world_rank_of(comm_, mod(rank_ + 1, size_));
   int* tag_ub = nullptr;
   int flag = 0;
   rc = MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &flag);
@@ -225,11 +228,17 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
       // cannot close a cycle.
       const int64_t guard = recv_segments_[k].guard;
       if (guard >= sends_posted_) return Status::Internal("RingAllreduce: schedule error, guard send not posted");
-      if (guard >= 0) HVL_MPI_CHECK(MPI_Wait(&send_requests_[guard], MPI_STATUS_IGNORE));
+      if (guard >= 0) {
+        WaitingFor waiting(right_world_);
+        HVL_MPI_CHECK(MPI_Wait(&send_requests_[guard], MPI_STATUS_IGNORE));
+      }
       HVL_RETURN_IF_ERROR(post_recv(out, k));
       ++next_recv;
     }
-    HVL_MPI_CHECK(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));
+    {
+      WaitingFor waiting(left_world_);
+      HVL_MPI_CHECK(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));
+    }
     const Segment& r = recv_segments_[k];
     if (r.guard < 0) {  // a reduce-scatter segment: out = in (op) received
       const uint8_t* slot = scratch_.get() + (k % depth) * scratch_slot_bytes_;
@@ -240,7 +249,10 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
     if (r.forward >= 0) HVL_RETURN_IF_ERROR(post_send(in, out, r.forward));
     HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's scratch slot is free now
   }
-  HVL_MPI_CHECK(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
+  {
+    WaitingFor waiting(right_world_);
+    HVL_MPI_CHECK(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
+  }
   return Status::OK();
 }
 
@@ -368,13 +380,19 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
     while (sends_posted_ < std::min(nsend, n0 + k)) {
       MPI_Request both[2] = {recv_requests_[k], send_requests_[sends_posted_ - depth]};
       int which = MPI_UNDEFINED;
-      HVL_MPI_CHECK(MPI_Waitany(2, both, &which, MPI_STATUS_IGNORE));
+      {
+        WaitingFor waiting(left_world_);
+        HVL_MPI_CHECK(MPI_Waitany(2, both, &which, MPI_STATUS_IGNORE));
+      }
       recv_requests_[k] = both[0];
       send_requests_[sends_posted_ - depth] = both[1];
       if (which == 0) break;
       HVL_RETURN_IF_ERROR(pump_sends(k));
     }
-    HVL_MPI_CHECK(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));  // returns at once if done above
+    {
+      WaitingFor waiting(left_world_);
+      HVL_MPI_CHECK(MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE));  // returns at once if done above
+    }
 
     const Segment& r = recv_segments_[k];
     const int64_t n = r.bytes / 2;
@@ -402,10 +420,14 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
   while (sends_posted_ < nsend) {
     HVL_RETURN_IF_ERROR(pump_sends(nrecv));
     if (sends_posted_ < nsend) {
+      WaitingFor waiting(right_world_);
       HVL_MPI_CHECK(MPI_Wait(&send_requests_[sends_posted_ - depth], MPI_STATUS_IGNORE));
     }
   }
-  HVL_MPI_CHECK(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
+  {
+    WaitingFor waiting(right_world_);
+    HVL_MPI_CHECK(MPI_Waitall(static_cast<int>(nsend), send_requests_.data(), MPI_STATUSES_IGNORE));
+  }
   return Status::OK();
 }
 

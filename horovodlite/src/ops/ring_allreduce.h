@@ -121,6 +121,8 @@ class RingAllreduce {
   RingAllreduceOptions options_;
   int rank_ = 0;
   int size_ = 1;
+  int left_world_ = -1;  // the neighbours' MPI_COMM_WORLD ranks, for the watchdog's message
+  int right_world_ = -1;
   Status init_status_;
 
   // Persistent state, grown as needed and reused by every run().

@@ -1,6 +1,7 @@
 #include "ops/ring_backend.h"
 
 #include "logging.h"
+#include "ops/ring_segment.h"
 
 namespace horovodlite {
 
@@ -33,8 +34,21 @@ RingBackend::RingBackend(const MpiContext& mpi, const Config& config, std::share
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
     return;
   }
+  // Across hosts, segments small enough to go eagerly (ops/ring_segment.h). A
+  // host holding every rank holds every rank everywhere: all ranks agree.
+  int64_t segment = config.ring_segment_bytes;
+  Status seg = ring_segment_bytes(comm_, config.ring_segment_bytes, mpi.local_size() < mpi.size(), &segment);
+  seg = agree_across_ranks(mpi.comm(), seg, "ring allreduce set-up", "choosing its segment size failed there");
+  if (!seg.ok()) {
+    HVL_LOG(kWarning, "the ring allreduce is disabled, MPI_Allreduce serves every size: " << seg.message());
+    MPI_Comm_free(&comm_);
+    return;
+  }
+  if (segment != config.ring_segment_bytes && mpi.rank() == 0) {
+    HVL_LOG(kDebug, "the ring crosses hosts: " << segment << "-byte segments (under btl_tcp_eager_limit)");
+  }
   RingAllreduceOptions options;
-  options.segment_bytes = config.ring_segment_bytes;
+  options.segment_bytes = segment;
   ring_ = std::make_unique<RingAllreduce>(comm_, options);
 }
 
