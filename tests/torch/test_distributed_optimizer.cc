@@ -248,7 +248,9 @@ TEST(DistributedOptimizer, GradientsAreAveragedInTheirOwnMemory) {
       for (const auto& p : net->parameters()) {
         ASSERT_TRUE(p.grad().defined());
         // Parameters without a gradient get zeros allocated at synchronize().
-        if (before[i] != nullptr) EXPECT_EQ(p.grad().data_ptr(), before[i]) << "parameter " << i << ", step " << step;
+        if (before[i] != nullptr) {
+          EXPECT_EQ(p.grad().data_ptr(), before[i]) << "parameter " << i << ", step " << step;
+        }
         EXPECT_TRUE(same_on_all_ranks(p.grad(), "own." + std::to_string(step) + "." + std::to_string(i)));
         ++i;
       }
