@@ -14,8 +14,16 @@
    with and without gradient_as_bucket_view, and one process. Reported: rank 0's
    peak RSS (MiB, ru_maxrss at the end) and minor page faults per step after
    the first step; the ranks' parameters are compared after the run.
+   ``--malloc-keep`` runs every configuration with glibc's
+   MALLOC_MMAP_THRESHOLD_=32 MiB and MALLOC_TRIM_THRESHOLD_=4 GiB: freed
+   gradient and activation blocks then stay in the process instead of going
+   back to the system at every step (with the defaults, torch's per-step
+   allocations of 25 MB blocks fault in anew every step, in one process too).
 
-    /usr/bin/python3 bench/optimizer_cost_bench.py --np 2          # PYTHONPATH=build/python
+The C++ side (LibTorch adapter, C++ DistributedOptimizer) is
+bench/optimizer_cost_bench.cc (build/bench/optimizer_cost_bench).
+
+    PYTHONPATH=build/python .venv/bin/python bench/optimizer_cost_bench.py --np 2 [--malloc-keep]
     mpirun -np 2 /usr/bin/python3 bench/optimizer_cost_bench.py --worker tensors   # part 1 only
 
 The driver starts every worker with ``mpirun -np N`` and nothing else (Open MPI
@@ -64,6 +72,9 @@ def worker_tensors(args):
     flat = torch.ones(n * count)
     flat_out = torch.empty_like(flat)
 
+    from horovodlite.torch import _C
+    cycles, collectives = [], []
+
     def hvl_round():
         handles = [hvd.allreduce_async_(t, name=nm, op=hvd.Sum) for t, nm in zip(tensors, names)]
         for h in handles:
@@ -87,14 +98,21 @@ def worker_tensors(args):
             for t in tensors:
                 t.fill_(1.0)  # keep values finite (Sum doubles them)
             comm.Barrier()
+            s0 = _C.stats()
             t0 = time.perf_counter()
             fn()
             times[m].append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+            if m == "hvl":
+                s1 = _C.stats()
+                cycles.append(s1["cycles"] - s0["cycles"])
+                collectives.append(s1["responses_executed"] - s0["responses_executed"])
     # Correctness of the last horovodlite round: 1 * size on every element.
     hvl_round_check = [torch.ones(count) for _ in range(n)]
     hs = [hvd.allreduce_async_(t, name="check.%d" % i, op=hvd.Sum) for i, t in enumerate(hvl_round_check)]
     ok = all(torch.equal(hvd.synchronize(h), torch.full((count,), float(comm.size))) for h in hs)
-    result = {"np": comm.size, "tensors": n, "tensor_bytes": args.tensor_bytes, "results_correct": ok}
+    result = {"np": comm.size, "tensors": n, "tensor_bytes": args.tensor_bytes, "results_correct": ok,
+              "hvl_cycles_per_round": statistics.median(cycles),
+              "hvl_collectives_per_round": statistics.median(collectives)}
     for m, ts in times.items():
         med = statistics.median(ts)
         result[m + "_ms_per_round"] = med * 1e3
@@ -202,6 +220,9 @@ def driver(args):
     if "PYTHONPATH" not in env:
         env["PYTHONPATH"] = os.path.join(os.path.dirname(HERE), "build", "python")
     env.setdefault("OMP_NUM_THREADS", "1")
+    if args.malloc_keep:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(32 << 20)
+        env["MALLOC_TRIM_THRESHOLD_"] = str(4 << 30)
     me = os.path.abspath(__file__)
     mpirun = ["mpirun", "-np", str(args.np)]
     tmp = tempfile.mkdtemp(prefix="hvl_optcost_")
@@ -217,6 +238,8 @@ def driver(args):
         for m in ("hvl", "gloo", "mpi_one_call"):
             print("  %-13s %7.3f ms/round  %6.2f us/tensor  (rounds %.3f-%.3f ms)"
                   % (m, t[m + "_ms_per_round"], t[m + "_us_per_tensor"], *t[m + "_ms_spread"]))
+        print("  horovodlite: %g background cycles and %g collectives per round (medians); results correct: %s"
+              % (t["hvl_cycles_per_round"], t["hvl_collectives_per_round"], t["results_correct"]))
     memory = []
     for config in args.configs.split(","):
         out = os.path.join(tmp, config + ".json")
@@ -226,8 +249,8 @@ def driver(args):
         with open(out) as f:
             memory.append(json.load(f))
     if memory:
-        print("gradient memory: %d-parameter MLP, SGD momentum, %d steps, rank 0:" % (memory[0]["params"],
-                                                                                      args.steps))
+        print("gradient memory: %d-parameter MLP, SGD momentum, %d steps, rank 0%s:"
+              % (memory[0]["params"], args.steps, " (--malloc-keep)" if args.malloc_keep else ""))
         for m in memory:
             print("  %-16s np=%d  peak RSS %7.1f MiB  page faults/step %7.0f  step %8.1f ms  ranks agree %s  "
                   "p.grad plain %s" % (m["config"], m["np"], m["peak_rss_mib"], m["faults_per_step"], m["step_ms"],
@@ -249,6 +272,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--configs", default=",".join(MEMORY_CONFIGS))
     p.add_argument("--skip-tensors", action="store_true")
+    p.add_argument("--malloc-keep", action="store_true",
+                   help="glibc keeps freed memory (MALLOC_MMAP_THRESHOLD_=32 MiB, MALLOC_TRIM_THRESHOLD_=4 GiB)")
     p.add_argument("--json", help="write all results as JSON")
     p.add_argument("--worker", choices=("tensors", "memory"), help=argparse.SUPPRESS)
     p.add_argument("--config", help=argparse.SUPPRESS)

@@ -39,6 +39,11 @@ void Handle::on_complete(std::function<void(const Status&)> fn) {
 }
 
 void Handle::complete(Status status) {
+  complete_without_waking(std::move(status));
+  cv_.notify_all();
+}
+
+void Handle::complete_without_waking(Status status) {
   std::vector<std::function<void(const Status&)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -51,7 +56,6 @@ void Handle::complete(Status status) {
   // Release what the callbacks hold (the tensors an adapter keeps alive) before
   // waking the waiters, so that a woken caller sees its buffers unreferenced.
   callbacks.clear();
-  cv_.notify_all();
 }
 
 }  // namespace horovodlite

@@ -520,7 +520,10 @@ void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point rea
   if (result.deferred) {
     result.deferred->complete(std::move(done), s);
   } else {
-    for (auto& e : done) e->handle->complete(s);
+    // All complete before any waiter wakes: a caller synchronizing a fused
+    // batch one handle after the other waits once, not once per tensor.
+    for (auto& e : done) e->handle->complete_without_waking(s);
+    for (auto& e : done) e->handle->wake();
   }
 }
 

@@ -354,6 +354,19 @@ PYBIND11_MODULE(_C, m) {
   m.def("stop_timeline", &stop_timeline, py::call_guard<py::gil_scoped_release>());
   m.attr("version") = HVL_VERSION_STRING;
   m.def("build_info", &build_info);
+  // The background loop's counters since init (benchmarks: cycles and fused batches per round).
+  m.def("stats", []() {
+    const horovodlite::Stats s = horovodlite::stats();
+    py::dict d;
+    d["cycles"] = s.cycles;
+    d["negotiations"] = s.negotiations;
+    d["cache_hits"] = s.cache_hits;
+    d["tensors_negotiated"] = s.tensors_negotiated;
+    d["responses_executed"] = s.responses_executed;
+    d["fused_tensors"] = s.fused_tensors;
+    d["errors"] = s.errors;
+    return d;
+  });
   m.def("mpi_thread_level_name",
         []() { return std::string(horovodlite::mpi_thread_level_name(horovodlite::mpi_thread_level())); });
 

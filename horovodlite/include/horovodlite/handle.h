@@ -52,6 +52,12 @@ class Handle {
 
   // --- used by the runtime ---
   void complete(Status status);
+  // complete() in two halves, for completing many handles at once: mark them
+  // all complete (running their callbacks), then wake their waiters, so that a
+  // waiter woken by the first finds the others complete too instead of waiting
+  // (and switching threads) once per handle.
+  void complete_without_waking(Status status);
+  void wake() const { cv_.notify_all(); }
   void set_output(const TensorView& out) { output_ = out; }
   void set_last_joined_rank(int r) { last_joined_rank_ = r; }
   void set_received_splits(std::vector<int64_t> s) { received_splits_ = std::move(s); }

@@ -20,6 +20,16 @@ _PLAIN_OPS = frozenset(op for op in _OPS if op != Adasum)
 
 
 # ---------------------------------------------------------------- handles ----
+#
+# An operation with one core handle and nothing to do after it (allreduce,
+# broadcast, reducescatter) returns the core handle itself (_C.Handle, which
+# caches its result): no Python object per tensor, nothing for the cyclic
+# garbage collector to track (issue 19: 200 tensors per round made it run every
+# few rounds). Operations with several parts or a finishing function return a
+# _Handle.
+
+_CHandle = _C.Handle
+
 
 class _Handle:
     """The result of an asynchronous operation: one or more core handles and a
@@ -40,6 +50,8 @@ class _Handle:
 def poll(handle):
     """True if the asynchronous operation behind ``handle`` has completed;
     ``synchronize(handle)`` will then return without blocking."""
+    if type(handle) is _CHandle:
+        return handle.poll()
     if not isinstance(handle, _Handle):
         raise TypeError("poll: expected a handle returned by a horovodlite *_async function, got %s"
                         % type(handle).__name__)
@@ -51,12 +63,8 @@ def synchronize(handle):
     result (a tensor, a list of tensors for grouped operations, or
     ``(output, received_splits)`` for alltoall). Raises HorovodInternalError if
     the operation failed (for example, ranks disagreed about its shape)."""
-    if type(handle) is _Handle and not handle._done and handle._finish is _single:
-        # The common case (one part), without the general path's list building.
-        handle._result = handle._parts[0].synchronize()
-        handle._done = True
-        handle._finish = None
-        return handle._result
+    if type(handle) is _CHandle:  # the common case: one core handle
+        return handle.synchronize()
     if handle is None:
         return None
     if callable(handle) and not isinstance(handle, _Handle):
@@ -70,10 +78,6 @@ def synchronize(handle):
         handle._done = True
         handle._finish = None
     return handle._result
-
-
-def _single(parts, outputs):
-    return outputs[0]
 
 
 def _grouped(parts, outputs):
@@ -212,7 +216,7 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, proces
         _check_tensor(output, what)
         if in_place:
             raise ValueError("%s: an output tensor cannot be given to the in-place form" % what)
-    return _Handle([_C.allreduce_async(tensor, name, op, pre, post, in_place, fp16_wire, output, psid)], _single)
+    return _C.allreduce_async(tensor, name, op, pre, post, in_place, fp16_wire, output, psid)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -229,13 +233,18 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     compressed, ctx = compression.compress(tensor)
     handle = _allreduce_async(compressed, name, op, prescale_factor, postscale_factor, process_set, False,
                               "allreduce_async")
-    return _Handle(handle._parts, lambda parts, outputs: compression.decompress(outputs[0], ctx))
+    return _Handle([handle], lambda parts, outputs: compression.decompress(outputs[0], ctx))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """In-place form of allreduce_async(): ``tensor`` receives the result."""
     op = _resolve_op(op, average, "allreduce_async_")
+    if process_set is global_process_set and type(name) is str and type(prescale_factor) is float \
+            and type(postscale_factor) is float and isinstance(tensor, torch.Tensor) and not tensor.is_sparse:
+        # The common case (DistributedOptimizer's hooks, per-parameter loops):
+        # straight to the core; the adapter and the core check the tensor.
+        return _C.allreduce_async(tensor, name, op, prescale_factor, postscale_factor, True, False, None, 0)
     return _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, process_set, True,
                             "allreduce_async_")
 
@@ -366,7 +375,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     (which may differ between processes; the other dimensions must match)."""
     _check_tensor(tensor, "allgather_async")
     psid = _ps_id(process_set, "allgather_async")
-    return _Handle([_C.allgather_async(tensor, _name(name, "allgather_async"), psid)], _single)
+    return _C.allgather_async(tensor, _name(name, "allgather_async"), psid)
 
 
 def _allgather_grad(grad_output, dim0, process_set):
@@ -498,7 +507,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     _check_tensor(tensor, "broadcast_async")
     _check_root(root_rank, "broadcast_async")
     psid = _ps_id(process_set, "broadcast_async")
-    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async"), False, psid)], _single)
+    return _C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async"), False, psid)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -506,7 +515,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     _check_tensor(tensor, "broadcast_async_")
     _check_root(root_rank, "broadcast_async_")
     psid = _ps_id(process_set, "broadcast_async_")
-    return _Handle([_C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async_"), True, psid)], _single)
+    return _C.broadcast_async(tensor, root_rank, _name(name, "broadcast_async_"), True, psid)
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -638,7 +647,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         raise ValueError("%s: the tensor needs at least one dimension" % what)
     pre = _check_factor(prescale_factor, what, "prescale_factor")
     post = _check_factor(postscale_factor, what, "postscale_factor")
-    return _Handle([_C.reducescatter_async(tensor, _name(name, what), op, pre, post, psid)], _single)
+    return _C.reducescatter_async(tensor, _name(name, what), op, pre, post, psid)
 
 
 def _reducescatter_grad(grad_output, op, prescale_factor, postscale_factor, process_set):

@@ -12,16 +12,20 @@ several checkpointed segments gets its accumulator hook called once per
 segment. Passes are told apart by the outermost ``torch.autograd.backward``
 frame (or the autograd graph task where no such frame is on the hook's thread;
 _compat.backward_pass_key). With ``use_reentrant=False`` (2.x's recommendation)
-each gradient is accumulated once per pass anyway. A piece of gradient that arrives after the parameter's allreduce was
-started (same pass) is kept aside by a tensor hook, reduced at synchronize()
-and added; such parameters are sent at synchronize() from then on. For this
-the gradient allreduce is out of place (Horovod's is in place): one extra
-gradient-sized buffer per parameter.
+each gradient is accumulated once per pass anyway.
 
-The results go into two buffers kept per parameter, used in turn: p.grad is
-set_() to the one just written and the next step writes into the other, so
-steps allocate no gradient memory (a new output tensor per step costs page
-faults: the allocator returns large blocks to the system when they are freed).
+Gradients are reduced in place, as Horovod does: the allreduce reads p.grad and
+writes the average back into it (the core fuses small gradients into its fusion
+buffer), so no gradient-sized buffer is kept per parameter and p.grad stays the
+tensor autograd made. With Compression.fp16 the core converts float32/float64
+gradients to fp16 while packing them and back while unpacking (in place too).
+A piece of gradient that arrives after the parameter's allreduce was started
+(same pass) is kept aside by a tensor hook, which first waits for that
+allreduce (autograd then adds zeros to p.grad, which must not race with the
+core's write); the pieces are reduced at synchronize() and added to p.grad, and
+such parameters are sent at synchronize() from then on. Other compressors and
+grouped allreduces (``groups=``) work out of place: p.grad is set_() to the
+result.
 """
 
 import os
@@ -31,6 +35,7 @@ from contextlib import contextmanager
 import torch
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
+from horovodlite.torch import _C
 from horovodlite.torch._compat import backward_pass_key, register_grad_ready_hook
 from horovodlite.torch._sparse_grads import SparseGradients
 from horovodlite.torch.compression import Compression
@@ -39,13 +44,16 @@ from horovodlite.torch.mpi_ops import (  # noqa: F401
     Adasum,
     Average,
     Sum,
-    _allreduce_async,
     allreduce_async,
     grouped_allreduce_async,
     size,
     sparse_allreduce_async,
     synchronize,
 )
+
+# _Pending.ctx of an allreduce that writes its result into the tensor it reads
+# (p.grad, or the dense copy of a sparse p.grad with sparse_as_dense).
+_IN_PLACE = object()
 
 
 class _Pending:
@@ -96,6 +104,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.sparse_as_dense = sparse_as_dense
         self._sparse = SparseGradients()  # parameters whose gradients every rank knows to be sparse
         self.process_set = process_set
+        self._psid = _ps_id(process_set, "DistributedOptimizer")
 
         self._handles = {}          # parameter (or group tuple) -> _Pending, or None until sent
         self._grad_hooks = []      # keep the gradient-ready hooks registered
@@ -106,7 +115,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._counted = set()       # parameters counted in the current pass
         self._rest = {}             # parameter -> gradient that arrived after its allreduce left
         self._late = set()          # parameters sent at synchronize() (their gradient arrives in pieces)
-        self._buffers = {}          # parameter -> [two result buffers, index of the one used last]
 
         if groups is not None:
             if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
@@ -187,26 +195,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         return 1.0, 1.0
 
-    def _result_buffer(self, p, tensor):
-        """Where p's allreduce of ``tensor`` writes: of p's two buffers, the one not
-        used last time, unless ``tensor`` (p.grad) lives in it."""
-        entry = self._buffers.get(p)
-        if entry is None or entry[0][0].dtype != tensor.dtype or entry[0][0].shape != tensor.shape \
-                or entry[0][0].device != tensor.device:
-            entry = [[torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device) for _ in range(2)], 1]
-            self._buffers[p] = entry
-        buffers, last = entry
-        i = 1 - last
-        if buffers[i].data_ptr() == tensor.data_ptr():
-            i = last
-        entry[1] = i
-        return buffers[i]
-
-    def _allreduce_into(self, tensor, output, name, compression):
-        pre, post = self._scale_factors()
-        return _allreduce_async(tensor, name, self.op, pre, post, self.process_set, False, "DistributedOptimizer",
-                                compression=compression, output=output)
-
     def _allreduce_grad_async(self, p):
         if p.grad is None:
             # Not computed here, but another rank may have computed it: send zeros
@@ -218,21 +206,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if tensor.is_sparse:
             if not self.sparse_as_dense:
                 return self._sparse_allreduce_grad_async(p, name)
-            tensor = tensor.to_dense()
-        elif self._compression is Compression.none:
-            # Out of place, so that p.grad is only read while the allreduce runs.
-            return _Pending(self._allreduce_into(tensor, self._result_buffer(p, tensor), name, Compression.none),
-                            None)
+            tensor = tensor.to_dense()  # a copy: reduced in place, added to p.grad at synchronize()
         pre, post = self._scale_factors()
-        if self._compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64):
-            # The built-in fp16 compressor runs inside the core: the gradient is
-            # converted while being packed for the wire and restored on the way out,
-            # so no fp16 copy is made here; the result already has the grad's dtype.
-            output = tensor.new_empty(tensor.shape) if p.grad.is_sparse else self._result_buffer(p, tensor)
-            handle = self._allreduce_into(tensor, output, name, Compression.fp16)
-            return _Pending(handle, tensor.dtype)  # FP16Compressor.decompress(x, dtype): a no-op cast
+        fp16_wire = self._compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64)
+        if self._compression is Compression.none or fp16_wire:
+            # In place (Horovod's allreduce_async_); fp16: converted inside the
+            # core while packing for the wire and back while unpacking, no copy here.
+            handle = _C.allreduce_async(tensor, name, self.op, pre, post, True, fp16_wire, None, self._psid)
+            return _Pending(handle, _IN_PLACE)
         compressed, ctx = self._compression.compress(tensor)
-        # Out of place, so that p.grad is only read while the allreduce runs.
         handle = allreduce_async(compressed, name=name, op=self.op, prescale_factor=pre,
                                  postscale_factor=post, process_set=self.process_set)
         return _Pending(handle, ctx)
@@ -265,9 +247,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_piece_hook(self, p):
         def piece_hook(grad):
-            if isinstance(self._handles.get(p), _Pending) and self._in_current_pass(p):
+            pending = self._handles.get(p)
+            if isinstance(pending, _Pending) and self._in_current_pass(p):
                 # p's allreduce already left during this pass: keep this piece
-                # aside and leave p.grad (which is being read) unchanged.
+                # aside and leave p.grad unchanged. Autograd still adds the zeros
+                # returned here to p.grad: an in-place allreduce must have
+                # written p.grad first.
+                if pending.ctx is _IN_PLACE:
+                    synchronize(pending.handle)
                 rest = self._rest.get(p)
                 self._rest[p] = grad.detach().clone() if rest is None else rest + grad.detach()
                 return torch.zeros_like(grad)
@@ -352,13 +339,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     self._group_counts[p] = 0
                 continue
             self._allreduce_delay[p] = self.backward_passes_per_step
-            result = self._compression.decompress(synchronize(pending.handle), pending.ctx)
+            result = synchronize(pending.handle)
+            in_place = pending.ctx is _IN_PLACE
+            if not in_place:
+                result = self._compression.decompress(result, pending.ctx)
             if p in late:
                 extra = late[p]
-                result = result + self._compression.decompress(synchronize(extra.handle), extra.ctx)
+                extra = self._compression.decompress(synchronize(extra.handle), extra.ctx)
+                if in_place and not p.grad.is_sparse:
+                    p.grad.add_(extra.to(p.grad.dtype))  # the same sum as result + extra
+                    continue
+                result = result + extra
             if p.grad.is_sparse:
                 p.grad.zero_().add_(result.to_sparse() if not result.is_sparse else result)
-            else:
+            elif not in_place:
                 p.grad.set_(result.to(p.grad.dtype))
         self._handles.clear()
         self._new_step()

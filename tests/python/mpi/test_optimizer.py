@@ -125,9 +125,10 @@ def test_fp16_compression_close(size, rank):
 
 @pytest.mark.parametrize("set_to_none", [False, True])
 @pytest.mark.parametrize("fp16", [False, True])
-def test_result_buffers_reused(set_to_none, fp16, size, rank):
-    """The gradients land in two buffers per parameter, used in turn, and are
-    right in every step, whether zero_grad() zeroes p.grad or drops it."""
+def test_gradients_reduced_in_place(set_to_none, fp16, size, rank):
+    """The average is written into p.grad itself (no result buffer per parameter,
+    issue 19) and is right in every step, whether zero_grad() zeroes p.grad or
+    drops it; p.grad stays a plain tensor users can clip."""
     model = _mlp()
     reference = copy.deepcopy(model)
     kwargs = {"compression": hvd.Compression.fp16} if fp16 else {}
@@ -141,17 +142,22 @@ def test_result_buffers_reused(set_to_none, fp16, size, rank):
         opt.zero_grad(set_to_none=set_to_none)
         x, y = xs[s, 0, rank * BATCH:(rank + 1) * BATCH], ys[s, 0, rank * BATCH:(rank + 1) * BATCH]
         torch.nn.functional.mse_loss(model(x), y).backward()
+        before = {p: p.grad.data_ptr() for p in model.parameters()}
         opt.synchronize()
         ref_opt.zero_grad()
         torch.nn.functional.mse_loss(reference(xs[s, 0]), ys[s, 0]).backward()
         for p, q in zip(model.parameters(), reference.parameters()):
             assert torch.allclose(p.grad, q.grad, **tol), "step %d" % s
+            assert p.grad.data_ptr() == before[p], "step %d: the result is not in p.grad's own memory" % s
+            assert type(p.grad) is torch.Tensor and p.grad.grad_fn is None
             seen[p].add(p.grad.data_ptr())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e6)  # p.grad usable as any gradient
         with opt.skip_synchronize():
             opt.step()
         ref_opt.step()
-    if size > 1:
-        assert all(len(ptrs) == 2 for ptrs in seen.values()), [len(ptrs) for ptrs in seen.values()]
+    if not set_to_none:
+        # zero_grad() zeroes in place: the same memory every step.
+        assert all(len(ptrs) == 1 for ptrs in seen.values()), [len(ptrs) for ptrs in seen.values()]
 
 
 class _Shared(torch.nn.Module):
