@@ -326,6 +326,10 @@ TEST(ProcessSetsConfig, InitSetsAndTheDynamicVariable) {
     ops.enqueue();
     ops.check();
     EXPECT_EQ(remove_process_set(mine).code(), StatusCode::kPrecondition);
+    // shutdown() on one rank ends every rank's ops in flight (as in Horovod): a
+    // rank whose set was done first (a set of one) must not shut down while the
+    // others' set ops still run.
+    HVL_ASSERT_OK(barrier_async(BarrierOptions())->wait());
   }
   // Bad static sets fail init on every rank.
   HVL_ASSERT_OK(shutdown());

@@ -92,6 +92,10 @@ def test_timeline_dynamic(rank, size, tmp_path_factory):
         hvd.start_timeline(path)
         hvd.allreduce(torch.ones(3), name="timeline.dynamic.tensor")
         hvd.stop_timeline()
+        # Rank 0 (the coordinator) records the other ranks' requests as they
+        # arrive: without this barrier a rank that ran ahead could submit the
+        # next tensor before rank 0 stopped its timeline.
+        hvd.barrier()
         hvd.allreduce(torch.ones(3), name="timeline.after.stop")
         hvd.barrier()
         if rank == 0:
