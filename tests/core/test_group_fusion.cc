@@ -70,6 +70,20 @@ Shape scatter_shape(int t) {
   }
 }
 
+// A grouped op's arguments: each input's view, and an output per input that
+// the op allocates (GroupIo must stay where it is while the op runs).
+struct GroupIo {
+  GroupIo(std::vector<Buffer>& in, DataType d) : out(in.size()) {
+    for (size_t t = 0; t < in.size(); ++t) {
+      views.push_back(in[t].view());
+      allocs.push_back(allocate_into(&out[t], d));
+    }
+  }
+  std::vector<std::unique_ptr<Buffer>> out;
+  std::vector<TensorView> views;
+  std::vector<OutputAllocator> allocs;
+};
+
 }  // namespace
 
 TEST(GroupFusion, GroupedAllgatherIsOneFusedResponseEqualToPerTensorOps) {
@@ -89,31 +103,25 @@ TEST(GroupFusion, GroupedAllgatherIsOneFusedResponseEqualToPerTensorOps) {
       HVL_ASSERT_OK(
           allgather_async("fuse.ref." + tag + std::to_string(t), in[t].view(), allocate_into(&ref[t], d))->wait());
     for (int iter = 0; iter < 2; ++iter) {  // negotiated, then from the response cache
-      std::vector<std::unique_ptr<Buffer>> out(n);
-      std::vector<TensorView> views;
-      std::vector<OutputAllocator> allocs;
-      for (int t = 0; t < n; ++t) {
-        views.push_back(in[t].view());
-        allocs.push_back(allocate_into(&out[t], d));
-      }
+      GroupIo io(in, d);
       const Stats before = stats();
-      auto hs = grouped_allgather_async(names_of("fuse.ag." + tag + ".", n), views, allocs);
+      auto hs = grouped_allgather_async(names_of("fuse.ag." + tag + ".", n), io.views, io.allocs);
       for (auto& h : hs) HVL_ASSERT_OK(h->wait());
       const Stats after = stats();
       EXPECT_EQ(after.responses_executed - before.responses_executed, 1u) << tag << " iteration " << iter;
       EXPECT_EQ(after.fused_tensors - before.fused_tensors, uint64_t(n)) << tag << " iteration " << iter;
       for (int t = 0; t < n; ++t) {
-        ASSERT_TRUE(out[t]) << tag << " " << t;
-        EXPECT_EQ(out[t]->shape(), ref[t]->shape()) << tag << " " << t;
-        EXPECT_TRUE(out[t]->bitwise_equal(*ref[t])) << tag << " tensor " << t;
+        ASSERT_TRUE(io.out[t]) << tag << " " << t;
+        EXPECT_EQ(io.out[t]->shape(), ref[t]->shape()) << tag << " " << t;
+        EXPECT_TRUE(io.out[t]->bitwise_equal(*ref[t])) << tag << " tensor " << t;
         // And the gather itself: every rank's rows in rank order.
         int64_t k = 0;
         for (int r = 0; r < size; ++r) {
           const int64_t count = num_elements(gather_shape(t, r));  // 1 for the 0-d tensor
           for (int64_t j = 0; j < count; ++j, ++k)
-            ASSERT_EQ(out[t]->get(k), value(d, r, t, j)) << tag << " tensor " << t << " rank " << r << " " << j;
+            ASSERT_EQ(io.out[t]->get(k), value(d, r, t, j)) << tag << " tensor " << t << " rank " << r << " " << j;
         }
-        EXPECT_EQ(k, out[t]->size()) << tag << " " << t;
+        EXPECT_EQ(k, io.out[t]->size()) << tag << " " << t;
       }
     }
   }
@@ -145,36 +153,30 @@ TEST(GroupFusion, GroupedReducescatterIsOneFusedResponseEqualToPerTensorOps) {
               ->wait());
     }
     for (int iter = 0; iter < 2; ++iter) {
-      std::vector<std::unique_ptr<Buffer>> out(n);
-      std::vector<TensorView> views;
-      std::vector<OutputAllocator> allocs;
-      for (int t = 0; t < n; ++t) {
-        views.push_back(in[t].view());
-        allocs.push_back(allocate_into(&out[t], d));
-      }
+      GroupIo io(in, d);
       const Stats before = stats();
-      auto hs = grouped_reducescatter_async(names_of("fuse.rs." + tag + ".", n), views, allocs, options);
+      auto hs = grouped_reducescatter_async(names_of("fuse.rs." + tag + ".", n), io.views, io.allocs, options);
       for (auto& h : hs) HVL_ASSERT_OK(h->wait());
       const Stats after = stats();
       EXPECT_EQ(after.responses_executed - before.responses_executed, 1u) << tag << " iteration " << iter;
       EXPECT_EQ(after.fused_tensors - before.fused_tensors, uint64_t(n)) << tag << " iteration " << iter;
       for (int t = 0; t < n; ++t) {
-        ASSERT_TRUE(out[t]) << tag << " " << t;
+        ASSERT_TRUE(io.out[t]) << tag << " " << t;
         const Shape shape = scatter_shape(t);
         const int64_t rows = reducescatter_rows(shape[0], size, rank);
         Shape expect_shape = shape;
         expect_shape[0] = rows;
-        EXPECT_EQ(out[t]->shape(), expect_shape) << tag << " " << t;
-        EXPECT_TRUE(out[t]->bitwise_equal(*ref[t])) << tag << " tensor " << t;
+        EXPECT_EQ(io.out[t]->shape(), expect_shape) << tag << " " << t;
+        EXPECT_TRUE(io.out[t]->bitwise_equal(*ref[t])) << tag << " tensor " << t;
         // And the values: this rank's rows of the (scaled) sum.
         int64_t first = 0;
         for (int r = 0; r < rank; ++r) first += reducescatter_rows(shape[0], size, r);
         const int64_t row = num_elements(shape) / std::max<int64_t>(shape[0], 1);
-        for (int64_t j = 0; j < out[t]->size(); ++j) {
+        for (int64_t j = 0; j < io.out[t]->size(); ++j) {
           double sum = 0;
           for (int r = 0; r < size; ++r) sum += value(d, r, t, first * row + j);
           const double expected = is_float ? 2.0 * sum * 0.5 / size : sum;
-          ASSERT_NEAR(out[t]->get(j), expected, tolerance(d, expected)) << tag << " tensor " << t << " " << j;
+          ASSERT_NEAR(io.out[t]->get(j), expected, tolerance(d, expected)) << tag << " tensor " << t << " " << j;
         }
       }
     }
@@ -193,15 +195,9 @@ TEST(GroupFusion, AGroupIsSplitAtTheFusionThreshold) {
     for (int64_t j = 0; j < in[t].size(); ++j) in[t].set(j, value(DataType::kFloat32, rank, t, j));
   }
   const int64_t gathered_bytes = int64_t(size) * (size + 1) / 2 * 4 * 4;
-  std::vector<std::unique_ptr<Buffer>> out(n);
-  std::vector<TensorView> views;
-  std::vector<OutputAllocator> allocs;
-  for (int t = 0; t < n; ++t) {
-    views.push_back(in[t].view());
-    allocs.push_back(allocate_into(&out[t], DataType::kFloat32));
-  }
+  GroupIo io(in, DataType::kFloat32);
   Stats before = stats();
-  for (auto& h : grouped_allgather_async(names_of("split.ag.", n), views, allocs)) HVL_ASSERT_OK(h->wait());
+  for (auto& h : grouped_allgather_async(names_of("split.ag.", n), io.views, io.allocs)) HVL_ASSERT_OK(h->wait());
   Stats after = stats();
   const uint64_t expected = expected_responses(n, gathered_bytes);
   EXPECT_EQ(after.responses_executed - before.responses_executed, expected)
@@ -209,7 +205,7 @@ TEST(GroupFusion, AGroupIsSplitAtTheFusionThreshold) {
   for (int t = 0; t < n; ++t) {
     int64_t k = 0;
     for (int r = 0; r < size; ++r)
-      for (int64_t j = 0; j < (r + 1) * 4; ++j, ++k) ASSERT_EQ(out[t]->get(k), value(DataType::kFloat32, r, t, j));
+      for (int64_t j = 0; j < (r + 1) * 4; ++j, ++k) ASSERT_EQ(io.out[t]->get(k), value(DataType::kFloat32, r, t, j));
   }
   // reducescatter: the input's bytes count.
   std::vector<Buffer> rs;
@@ -217,24 +213,18 @@ TEST(GroupFusion, AGroupIsSplitAtTheFusionThreshold) {
     rs.emplace_back(DataType::kFloat32, Shape{2 * size, 4});
     for (int64_t j = 0; j < rs[t].size(); ++j) rs[t].set(j, value(DataType::kFloat32, rank, t, j));
   }
-  std::vector<std::unique_ptr<Buffer>> rs_out(n);
-  views.clear();
-  allocs.clear();
-  for (int t = 0; t < n; ++t) {
-    views.push_back(rs[t].view());
-    allocs.push_back(allocate_into(&rs_out[t], DataType::kFloat32));
-  }
+  GroupIo rs_io(rs, DataType::kFloat32);
   before = stats();
-  for (auto& h : grouped_reducescatter_async(names_of("split.rs.", n), views, allocs, {ReduceOp::kSum}))
+  for (auto& h : grouped_reducescatter_async(names_of("split.rs.", n), rs_io.views, rs_io.allocs, {ReduceOp::kSum}))
     HVL_ASSERT_OK(h->wait());
   after = stats();
   EXPECT_EQ(after.responses_executed - before.responses_executed, expected_responses(n, int64_t(2) * size * 4 * 4));
   for (int t = 0; t < n; ++t) {
-    ASSERT_EQ(rs_out[t]->size(), 8);
+    ASSERT_EQ(rs_io.out[t]->size(), 8);
     for (int64_t j = 0; j < 8; ++j) {
       double sum = 0;
       for (int r = 0; r < size; ++r) sum += value(DataType::kFloat32, r, t, rank * 8 + j);
-      ASSERT_EQ(rs_out[t]->get(j), sum) << t << " " << j;
+      ASSERT_EQ(rs_io.out[t]->get(j), sum) << t << " " << j;
     }
   }
 }
@@ -349,15 +339,9 @@ TEST(GroupFusion, DisableGroupFusionVariableAndItsHorovodName) {
       in.emplace_back(DataType::kFloat32, Shape{2, 2});
       for (int64_t j = 0; j < 4; ++j) in[t].set(j, j);
     }
-    std::vector<std::unique_ptr<Buffer>> out(3);
-    std::vector<TensorView> views;
-    std::vector<OutputAllocator> allocs;
-    for (int t = 0; t < 3; ++t) {
-      views.push_back(in[t].view());
-      allocs.push_back(allocate_into(&out[t], DataType::kFloat32));
-    }
+    GroupIo io(in, DataType::kFloat32);
     const Stats before = stats();
-    for (auto& h : grouped_allgather_async(names_of("nofuse.", 3), views, allocs)) HVL_ASSERT_OK(h->wait());
+    for (auto& h : grouped_allgather_async(names_of("nofuse.", 3), io.views, io.allocs)) HVL_ASSERT_OK(h->wait());
     EXPECT_EQ(stats().responses_executed - before.responses_executed, 1u);
     HVL_ASSERT_OK(restart_with({{var, ""}}));
   }
