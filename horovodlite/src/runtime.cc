@@ -328,10 +328,19 @@ void Runtime::loop() {
   const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   auto last = std::chrono::steady_clock::now();
+  // The next cycle starts at once when there is work: new requests, a shutdown,
+  // or (after a cycle that took requests or ran responses) this rank's own ops
+  // still waiting for other ranks. A cycle that took part of a burst of enqueues
+  // leaves the rest pending here while the peers' queues still hold theirs; they
+  // start their next cycle at once, and waiting for this rank's cycle timer
+  // would hold them (and this burst) for up to a cycle time. An idle cycle (no
+  // requests, no responses: a peer is behind, or ranks disagree) does not count,
+  // so ops that wait for a slow or stuck peer cycle at the timer's pace, never in
+  // a busy loop. A cycle waits for every rank inside its negotiation (mpi_wait).
   auto work = [this] {
     if (shutdown_requested_) return true;
     for (const auto& kv : sets_)
-      if (!kv.second->queue.empty()) return true;
+      if (!kv.second->queue.empty() || (progressed_ && !kv.second->table.empty())) return true;
     return false;
   };
   while (true) {
@@ -340,6 +349,7 @@ void Runtime::loop() {
       cv_.wait_until(lock, last + cycle_time, work);
     }
     last = std::chrono::steady_clock::now();
+    progressed_ = false;
     if (!cycle()) break;
   }
 }
@@ -371,6 +381,7 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
     in.shutdown = global && shutdown_requested_;
     in.exiting = global && exiting_;
   }
+  if (!in.requests.empty()) progressed_ = true;
   Controller::Output out;
   const Status s = set.controller->compute_responses(std::move(in), &out);
   if (!s.ok()) {
@@ -379,6 +390,7 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
     return false;
   }
   const Clock::time_point ready = Clock::now();
+  if (!out.responses.empty()) progressed_ = true;
   for (const Response& r : out.responses) run(set, r, ready);
   if (out.shutdown) {
     if (global) {

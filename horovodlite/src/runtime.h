@@ -152,6 +152,8 @@ class Runtime {
   std::unique_ptr<Watchdog> watchdog_;
 
   std::string stall_reason_;  // background thread: why a stall shutdown happens (every rank)
+  // Background thread: the last cycle took new requests or ran responses (see loop()).
+  bool progressed_ = false;
 
   struct Counters {
     std::atomic<uint64_t> cycles{0}, responses_executed{0}, fused_tensors{0}, errors{0};
