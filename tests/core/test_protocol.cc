@@ -234,6 +234,38 @@ TEST(Protocol, WaitWithTimeout) {
   check_sum(v, size);
 }
 
+
+// After a cycle that took requests, the background thread cycles again at once
+// while its own ops wait for other ranks (Runtime::loop); idle cycles must not
+// keep that going. Here every rank has an op that no other rank has submitted
+// (so every rank's table is non-empty and nothing can complete) for 300 ms: the
+// cycles must stay at the timer's pace (1 ms), not run back to back.
+TEST(Protocol, OpsWaitingForEachOtherCycleAtTheTimersPace) {
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  if (size < 2) GTEST_SKIP() << "needs two ranks";
+  ASSERT_DOUBLE_EQ(config().cycle_time_ms, 1.0);
+  std::vector<std::vector<float>> v(static_cast<size_t>(size));
+  for (auto& x : v) x = ramp(4);
+  std::vector<HandlePtr> h(static_cast<size_t>(size));
+  HVL_ASSERT_OK(barrier_async()->wait());
+  const uint64_t before = stats().cycles;
+  const auto t0 = std::chrono::steady_clock::now();
+  h[rank] = sum_async("pace." + std::to_string(rank), v[rank]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const uint64_t cycles = stats().cycles - before;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(h[rank]->poll());
+  // At most one cycle per millisecond, plus a few immediate ones after the
+  // productive cycle; a busy loop makes thousands (one cycle takes microseconds).
+  EXPECT_LE(static_cast<double>(cycles), 1.5 * ms + 20) << cycles << " cycles in " << ms << " ms";
+  EXPECT_GE(cycles, 1u);
+  for (int r = 0; r < size; ++r)
+    if (r != rank) h[r] = sum_async("pace." + std::to_string(r), v[r]);
+  for (int r = 0; r < size; ++r) {
+    HVL_ASSERT_OK(h[r]->wait(std::chrono::seconds(60)));
+    check_sum(v[r], size);
+  }
+}
 TEST(Cache, LaterCyclesHitTheCache) {
   const int size = horovodlite::size();
   auto v = ramp(16);
