@@ -13,6 +13,7 @@
 #include "ops/mpi_broadcast.h"
 #include "ops/mpi_reducescatter.h"
 #include "ops/ring_backend.h"
+#include "ops/voted_allreduce.h"
 #if HVL_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -79,6 +80,7 @@ std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& con
     host_allreduce.push_back(a.get());
     reg->add(OpType::kAllreduce, kHost, std::move(a));
   };
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
   allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));  // several hosts, large messages
   allreduce(std::make_unique<RingBackend>(mpi, config, fusion));            // large messages
   allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                   // everything else

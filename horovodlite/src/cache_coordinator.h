@@ -8,6 +8,10 @@
 //     full negotiation) and "hit" (every rank has the cached request pending).
 // "Any rank" bits are OR-reduced through the AND by sending them inverted:
 // OR(x) = ~AND(~x). One collective per cycle, however many names are pending.
+// It may also carry data: slots after the bits, each reduced with its own dtype
+// and op in the same allreduce (eager allreduces, controller.h). Then the vector
+// goes as one element of a contiguous type with our own MPI_Op, so that MPI
+// never splits a slot.
 #pragma once
 
 #include <mpi.h>
@@ -29,6 +33,9 @@ class CacheCoordinator {
   };
 
   CacheCoordinator(size_t cache_capacity, int world_size);
+  ~CacheCoordinator();
+  CacheCoordinator(const CacheCoordinator&) = delete;
+  CacheCoordinator& operator=(const CacheCoordinator&) = delete;
 
   // Clears every bit (the start of a cycle).
   void reset();
@@ -39,8 +46,21 @@ class CacheCoordinator {
   void record_hit(uint32_t position) { set_bit(hits_, position); }
   void record_invalid(uint32_t position) { set_bit(invalid_, position); }
 
+  // Data slots for the next sync(), the same on every rank; zeroed. An empty
+  // list: bits only (one MPI_BAND allreduce, as without slots).
+  struct Slot {
+    int64_t count = 0;
+    DataType dtype = DataType::kFloat32;
+    ReduceOp op = ReduceOp::kSum;  // Average is reduced as Sum
+  };
+  void set_slots(const std::vector<Slot>& slots);
+  size_t slot_count() const { return slots_.size(); }
+  // Where this rank writes slot i's data before sync(), and its result after.
+  void* slot_data(size_t i) { return bits_.data() + bit_words_ + slot_word_[i]; }
+  const void* slot_result(size_t i) const { return bits_.data() + bit_words_ + slot_word_[i]; }
+
   // The collective: every rank of `comm` calls it once per cycle with the same
-  // capacity and world size.
+  // capacity, world size and slots.
   Status sync(MPI_Comm comm);
 
   // After sync():
@@ -56,12 +76,24 @@ class CacheCoordinator {
   void set_bit(size_t word_offset, uint32_t bit) { bits_[word_offset + bit / 64] |= uint64_t(1) << (bit % 64); }
   std::vector<int> ranks_in(size_t word_offset) const;
 
+ public:
+  // The MPI_Op of a vector with slots: AND over the bits, each slot's op over its
+  // data (public only to be registered with MPI_Op_create).
+  static void reduce_vote_entry(void* in, void* inout, int* len, MPI_Datatype* type);
+
+ private:
+
   const size_t words_;       // per position bitmap
   const size_t rank_words_;  // per rank bitmap
   const int world_size_;
   // Layout: [status][requesters][exiters][invalid] (inverted on the wire) [hits].
   const size_t requesters_, exiters_, invalid_, hits_, or_words_;
+  const size_t bit_words_;  // the bits; data slots follow
   std::vector<uint64_t> bits_;
+  std::vector<Slot> slots_;
+  std::vector<size_t> slot_word_;  // each slot's first word after the bits
+  MPI_Datatype whole_ = MPI_DATATYPE_NULL;  // the whole vector as one element, for whole_words_ words
+  size_t whole_words_ = 0;
 };
 
 }  // namespace horovodlite

@@ -119,6 +119,7 @@ Status Config::from_env(Config* out) {
   HVL_RETURN_IF_ERROR(read_bool("DISABLE_GROUP_FUSION", &c.disable_group_fusion));
   HVL_RETURN_IF_ERROR(read_double("CYCLE_TIME", 0.0, 10000.0, &c.cycle_time_ms));
   HVL_RETURN_IF_ERROR(read_int("CACHE_CAPACITY", 0, 1 << 20, &c.cache_capacity));
+  HVL_RETURN_IF_ERROR(read_int("EAGER_ALLREDUCE_BYTES", 0, 1 << 20, &c.eager_allreduce_bytes));
   HVL_RETURN_IF_ERROR(read_log_level(&c.log_level));
   HVL_RETURN_IF_ERROR(read_int("RING_THRESHOLD", -1, int64_t(1) << 50, &c.ring_threshold_bytes));
   HVL_RETURN_IF_ERROR(read_int("RING_SEGMENT_BYTES", 64, int64_t(1) << 30, &c.ring_segment_bytes));

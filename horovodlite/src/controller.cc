@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "kernels/reduce.h"
 #include "logging.h"
 
 namespace horovodlite {
@@ -113,8 +114,40 @@ void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
   }
 }
 
+void Controller::plan_eager() {
+  eager_.clear();
+  if (config_.eager_allreduce_bytes <= 0 || !local_input_ || hits_last_.empty() || hits_last_ != hits_before_) return;
+  std::vector<CacheCoordinator::Slot> slots;
+  int64_t bytes = 0;
+  for (uint32_t pos : hits_last_) {
+    if (!cache_.occupied(pos)) return;
+    const Response& r = cache_.peek(pos);
+    if (r.type != OpType::kAllreduce || r.device != kCpuDevice || r.compression != Compression::kNone ||
+        r.group_id != 0 || r.reduce_op == ReduceOp::kAdasum || r.tensor_sizes.size() != 1) {
+      return;
+    }
+    bytes += r.tensor_sizes[0] * static_cast<int64_t>(dtype_size(r.dtype));
+    if (bytes > config_.eager_allreduce_bytes) return;
+    slots.push_back(CacheCoordinator::Slot{r.tensor_sizes[0], r.dtype, r.reduce_op});
+  }
+  votes_.set_slots(slots);
+  eager_ = hits_last_;
+}
+
+void Controller::write_eager(const Request& q, uint32_t pos) {
+  const auto it = std::lower_bound(eager_.begin(), eager_.end(), pos);
+  if (it == eager_.end() || *it != pos) return;
+  const void* input = local_input_(q.name);
+  if (input == nullptr) return;  // (cannot happen for a pending host op) the slot stays zero
+  const size_t slot = static_cast<size_t>(it - eager_.begin());
+  // Same parameters as the cached response (a hit): its count, dtype and prescale.
+  const Response& r = cache_.peek(pos);
+  kernels::scale_copy(votes_.slot_data(slot), input, r.tensor_sizes[0], r.dtype, r.prescale);
+}
+
 void Controller::vote(const Input& input, Clock::time_point now) {
   votes_.reset();
+  plan_eager();
   std::vector<Waiting> still, grouped;
   for (Waiting& w : pending_cached_) {
     if (w.request.group_id != 0) {
@@ -134,6 +167,7 @@ void Controller::vote(const Input& input, Clock::time_point now) {
           votes_.record_invalid(pos);
         } else {
           votes_.record_hit(pos);
+          if (!eager_.empty()) write_eager(w.request, pos);
         }
         still.push_back(std::move(w));
         break;
@@ -190,6 +224,8 @@ void Controller::vote_groups(std::vector<Waiting>* grouped, Clock::time_point no
 
 std::vector<Response> Controller::take_cache_hits() {
   std::vector<Response> hits;
+  hits_before_.swap(hits_last_);
+  hits_last_.clear();
   if (votes_.test(CacheCoordinator::kJoined)) {
     // A joined rank cannot set hit bits: send everything through the coordinator.
     for (Waiting& w : pending_cached_) uncached_.push_back(std::move(w.request));
@@ -213,6 +249,13 @@ std::vector<Response> Controller::take_cache_hits() {
     const Response& r = cache_.get(pos);
     hit_names.insert(r.names[0]);
     hits.push_back(r);
+    hits_last_.push_back(pos);  // (positions() is ascending)
+    const auto eager = std::lower_bound(eager_.begin(), eager_.end(), pos);
+    if (eager != eager_.end() && *eager == pos) {
+      // Every rank hit it, so every rank wrote its data: the slot holds the result.
+      hits.back().reduced = votes_.slot_result(static_cast<size_t>(eager - eager_.begin()));
+      ++eager_allreduces_;
+    }
   }
   if (!hit_names.empty()) {
     cache_hits_ += hit_names.size();

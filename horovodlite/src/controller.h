@@ -15,6 +15,15 @@
 //      whose Coordinator declares names ready (or errors); the response list is
 //      broadcast, and its responses enter the cache, in the same order everywhere.
 //   4. Cache hits and negotiated responses are fused (fusion threshold).
+// Eager allreduces (EAGER_ALLREDUCE_BYTES): when the last two cycles agreed on
+// the same cache hits, all of them small host allreduces (no compression, not
+// grouped), every rank predicts the same again and the bit-vector allreduce of
+// step 2 also carries their data, one slot per position: a rank that votes a hit
+// writes its input (prescaled), others zeros. Positions that every rank hit then
+// hold the final sum (Response::reduced, run by ops/voted_allreduce.h: a copy
+// with the postscale) and skip the second round; for the others the data is
+// dropped and nothing changes. The prediction uses only what every rank agreed
+// on (hits, the cache), so every rank sends the same layout.
 // Rank 0 also runs the stall inspector here: it sees every name that waits in
 // full negotiation, and turns names stalled past the shutdown time into errors
 // that this cycle carries to every rank before it shuts down.
@@ -51,6 +60,8 @@ class Controller {
   // rank's request for `name` (copied to *request when not null) and when it was
   // enqueued (*enqueued when not null); false if this rank has none (it joined).
   using LocalLookup = std::function<bool(const std::string& name, Request* request, Clock::time_point* enqueued)>;
+  // This rank's input data for the host op `name` in flight; nullptr if none.
+  using LocalInput = std::function<const void*(const std::string& name)>;
 
   // Which process set a controller negotiates for, as messages and the timeline
   // show it. Default: the global set.
@@ -83,10 +94,13 @@ class Controller {
   Status compute_responses(Input input, Output* out);
   // Forgets every pending request (the runtime has stopped).
   void clear();
+  // Enables eager allreduces (EAGER_ALLREDUCE_BYTES > 0): how to read inputs.
+  void set_local_input(LocalInput input) { local_input_ = std::move(input); }
 
   uint64_t negotiations() const { return negotiations_; }
   uint64_t cache_hits() const { return cache_hits_; }
   uint64_t tensors_negotiated() const { return tensors_negotiated_; }
+  uint64_t eager_allreduces() const { return eager_allreduces_; }
 
  private:
   struct Waiting {
@@ -111,6 +125,11 @@ class Controller {
   // Votes for the members of each complete group in pending_cached_ together, or
   // sends the group to full negotiation (any member missed the cache).
   void vote_groups(std::vector<Waiting>* grouped, Clock::time_point now);
+  // The cycle's eager positions (from the hits of the last two cycles) and their
+  // slots in the vote; empty when the prediction does not apply.
+  void plan_eager();
+  // This rank votes a hit for `request` at `pos`: its data goes into the slot.
+  void write_eager(const Request& request, uint32_t pos);
 
   const Communicator comm_;
   const SetIdentity identity_;
@@ -132,9 +151,13 @@ class Controller {
   // still to come. Their members go to full negotiation (rank 0 holds them).
   std::unordered_map<uint64_t, int32_t> partial_groups_;
   std::string send_buf_, recv_buf_;
+  LocalInput local_input_;
+  // The cache positions agreed as hits in the last cycle and the one before (sorted).
+  std::vector<uint32_t> hits_last_, hits_before_;
+  std::vector<uint32_t> eager_;  // this cycle's eager positions; slot i is eager_[i]
 
   // Read by stats() on any thread.
-  std::atomic<uint64_t> negotiations_{0}, cache_hits_{0}, tensors_negotiated_{0};
+  std::atomic<uint64_t> negotiations_{0}, cache_hits_{0}, tensors_negotiated_{0}, eager_allreduces_{0};
 };
 
 }  // namespace horovodlite

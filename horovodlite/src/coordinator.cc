@@ -414,9 +414,10 @@ std::vector<Response> fuse_responses(const std::vector<Response>& in_list, int64
   int64_t back_bytes = 0;
   for (const Response& r : in) {
     const int64_t bytes = fusable(r.type) ? response_bytes(r) : 0;
-    if (bytes >= kFuseAloneBytes) {
+    if (bytes >= kFuseAloneBytes || r.reduced != nullptr) {
       // Large enough to amortise a collective's start-up on its own: run in
-      // place, without the two copies through the fusion buffer.
+      // place, without the two copies through the fusion buffer. (An eager
+      // allreduce is already reduced: it only needs its copy out.)
       out.push_back(r);
       back_bytes = std::numeric_limits<int64_t>::max() / 2;  // nothing joins it either
       continue;

@@ -72,6 +72,11 @@ struct Response {
   // cached responses of a group hit together and fusion keeps a group adjacent.
   uint64_t group_id = 0;
   int32_t group_size = 0;
+  // Local to this rank and cycle, never on the wire: an allreduce whose data went
+  // with the cycle's negotiation (Controller, EAGER_ALLREDUCE_BYTES) points at the
+  // result, already reduced over every rank (before the postscale); valid until
+  // the next cycle. nullptr: the data still has to be reduced.
+  const void* reduced = nullptr;
 };
 
 // The group id of a grouped op over `names`: a 64-bit hash of the sorted names

@@ -37,6 +37,7 @@ class ResponseCache {
   const Response& get(uint32_t position);
   // The response at a position (must be occupied), without touching the LRU order.
   const Response& peek(uint32_t position) const { return slots_[position].response; }
+  bool occupied(uint32_t position) const { return position < slots_.size() && slots_[position].used; }
   void erase(uint32_t position);
 
  private:

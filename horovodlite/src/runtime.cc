@@ -57,6 +57,19 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
           (ts.ok() ? "rank 0 cannot open '" + rt->config_.timeline_path + "'" : ts.message()));
     }
   }
+  {
+    // The bit vector's size and the eager slots follow these: every rank must agree.
+    int64_t v[4] = {rt->config_.cache_capacity, -rt->config_.cache_capacity, rt->config_.eager_allreduce_bytes,
+                    -rt->config_.eager_allreduce_bytes};
+    HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_INT64_T, MPI_MAX, rt->mpi_.comm()));
+    if (v[0] != -v[1] || v[2] != -v[3]) {
+      const bool cache = v[0] != -v[1];
+      return Status::InvalidArgument(
+          std::string(cache ? "HOROVODLITE_CACHE_CAPACITY" : "HOROVODLITE_EAGER_ALLREDUCE_BYTES") +
+          " must be the same on every rank; the ranks set values from " + std::to_string(cache ? -v[1] : -v[3]) +
+          " to " + std::to_string(cache ? v[0] : v[2]));
+    }
+  }
   rt->watchdog_ = std::make_unique<Watchdog>(
       rt->config_.peer_timeout_s,
       [r = rt.get()](const std::string& step, double waited) { r->on_peer_timeout(step, waited); });
@@ -99,12 +112,20 @@ std::unique_ptr<Controller> Runtime::make_controller(ProcessSetState& set) {
     identity.where = " in " + set.describe();
     identity.timeline_prefix = set.timeline_prefix();
   }
-  return std::make_unique<Controller>(
+  auto controller = std::make_unique<Controller>(
       set.mpi->global(), config_, timeline_, *watchdog_,
       [this, s = &set](const std::string& name, Request* request, Clock::time_point* enqueued) {
         return find_local(*s, name, request, enqueued);
       },
       std::move(identity));
+  controller->set_local_input([this, s = &set](const std::string& name) -> const void* {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = s->table.find(name);
+    // Entries leave the table only on this (the background) thread: the data stays valid.
+    if (it == s->table.end() || it->second->input.device != kCpuDevice) return nullptr;
+    return it->second->input.data;
+  });
+  return controller;
 }
 
 void Runtime::destroy(std::unique_ptr<ProcessSetState> set) {
@@ -197,6 +218,7 @@ Stats Runtime::stats() const {
       s.negotiations += c->negotiations();
       s.cache_hits += c->cache_hits();
       s.tensors_negotiated += c->tensors_negotiated();
+      s.eager_allreduces += c->eager_allreduces();
     }
   }
   s.responses_executed = counters_.responses_executed;

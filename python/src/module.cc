@@ -362,6 +362,7 @@ PYBIND11_MODULE(_C, m) {
     d["negotiations"] = s.negotiations;
     d["cache_hits"] = s.cache_hits;
     d["tensors_negotiated"] = s.tensors_negotiated;
+    d["eager_allreduces"] = s.eager_allreduces;
     d["responses_executed"] = s.responses_executed;
     d["fused_tensors"] = s.fused_tensors;
     d["errors"] = s.errors;

@@ -234,6 +234,7 @@ struct Stats {
   uint64_t negotiations = 0;        // cycles that needed the gather/broadcast round trip
   uint64_t cache_hits = 0;          // tensors agreed through the response cache bit vector
   uint64_t tensors_negotiated = 0;  // tensors agreed through the full round trip
+  uint64_t eager_allreduces = 0;    // allreduces whose data went with the negotiation (EAGER_ALLREDUCE_BYTES)
   uint64_t responses_executed = 0;  // collectives run (a fused batch counts once)
   uint64_t fused_tensors = 0;       // tensors that went through a fused batch of >= 2
   uint64_t errors = 0;              // error responses (mismatches etc.)
