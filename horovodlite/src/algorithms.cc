@@ -81,9 +81,9 @@ std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& con
     reg->add(OpType::kAllreduce, kHost, std::move(a));
   };
   reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
-  allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));  // several hosts, large messages
-  allreduce(std::make_unique<RingBackend>(mpi, config, fusion));            // large messages
-  allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                   // everything else
+  allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));     // several hosts, large messages
+  allreduce(std::make_unique<RingBackend>(mpi, config, fusion));               // large messages
+  allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                      // everything else
   reg->add(OpType::kAllgather, kHost, std::make_unique<MpiAllgather>(mpi, fusion));
   reg->add(OpType::kBroadcast, kHost, std::make_unique<MpiBroadcast>(mpi));
   reg->add(OpType::kAlltoall, kHost, std::make_unique<MpiAlltoall>(mpi));

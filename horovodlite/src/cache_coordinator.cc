@@ -87,8 +87,8 @@ Status CacheCoordinator::sync(MPI_Comm comm) {
   for (size_t w = 0; w < or_words_; ++w) bits_[w] = ~bits_[w];
   MPI_Request req;
   if (slots_.empty()) {
-    HVL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bits_.data(), static_cast<int>(bits_.size()), MPI_UINT64_T, MPI_BAND,
-                                 comm, &req));
+    HVL_MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, bits_.data(), static_cast<int>(bits_.size()), MPI_UINT64_T, MPI_BAND, comm, &req));
     HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallreduce (negotiation)"));
   } else {
     if (whole_words_ != bits_.size()) {  // the same layout cycle after cycle: keep the type

@@ -82,7 +82,6 @@ class CacheCoordinator {
   static void reduce_vote_entry(void* in, void* inout, int* len, MPI_Datatype* type);
 
  private:
-
   const size_t words_;       // per position bitmap
   const size_t rank_words_;  // per rank bitmap
   const int world_size_;
@@ -91,7 +90,7 @@ class CacheCoordinator {
   const size_t bit_words_;  // the bits; data slots follow
   std::vector<uint64_t> bits_;
   std::vector<Slot> slots_;
-  std::vector<size_t> slot_word_;  // each slot's first word after the bits
+  std::vector<size_t> slot_word_;           // each slot's first word after the bits
   MPI_Datatype whole_ = MPI_DATATYPE_NULL;  // the whole vector as one element, for whole_words_ words
   size_t whole_words_ = 0;
 };

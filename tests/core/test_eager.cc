@@ -79,9 +79,8 @@ class Eager : public ::testing::Test {
 
 TEST_F(Eager, RepeatedSmallAllreducesGoWithTheNegotiation) {
   ASSERT_EQ(config().eager_allreduce_bytes, 16384);
-  const std::vector<DataType> dtypes = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
-                                        DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
-                                        DataType::kUInt8};
+  const std::vector<DataType> dtypes = {DataType::kFloat32, DataType::kFloat64,  DataType::kInt32, DataType::kInt64,
+                                        DataType::kFloat16, DataType::kBFloat16, DataType::kUInt8};
   for (DataType dtype : dtypes) {
     std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMax};
     if (dtype == DataType::kFloat32 || dtype == DataType::kFloat64) ops.push_back(ReduceOp::kAverage);

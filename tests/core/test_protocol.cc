@@ -234,7 +234,6 @@ TEST(Protocol, WaitWithTimeout) {
   check_sum(v, size);
 }
 
-
 // After a cycle that took requests, the background thread cycles again at once
 // while its own ops wait for other ranks (Runtime::loop); idle cycles must not
 // keep that going. Here every rank has an op that no other rank has submitted
