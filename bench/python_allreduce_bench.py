@@ -66,8 +66,11 @@ def init_gloo(comm):
     return dist
 
 
-def measure(comm, dist, nbytes, methods, repeats):
-    """Per method, the seconds per call of each round."""
+def measure(comm, dist, nbytes, methods, repeats, block_calls=0):
+    """Per method, the seconds per call of each round. block_calls > 0: each
+    method runs all its rounds of block_calls calls in one block (after
+    block_calls // 10 warm-up calls), one method after the other: what a loop of
+    one method sees, without the hand-over from another library's calls."""
     x = torch.full((nbytes // 4,), float(comm.rank + 1))
     out = torch.empty_like(x)
     xn, outn = x.numpy(), out.numpy()
@@ -80,8 +83,17 @@ def measure(comm, dist, nbytes, methods, repeats):
     }
     if dist is not None:
         calls["gloo"] = lambda: dist.all_reduce(x)
-    iters = iterations_for(nbytes)
+    iters = block_calls or iterations_for(nbytes)
     results = {m: [] for m in methods}
+    if block_calls:
+        for m in methods:
+            for _ in range(max(1, block_calls // 10)):
+                calls[m]()
+            for _ in range(repeats):
+                if m in ("hvl_inplace", "gloo"):
+                    x.fill_(float(comm.rank + 1))
+                results[m].append(timed(comm, iters, calls[m]))
+        return results
     for r in range(repeats):
         # The order rotates from round to round: the method that runs right
         # after MPI_Allreduce is slower at 4 KiB-1 MiB whichever it is (measured:
@@ -100,6 +112,9 @@ def main():
                     help="message sizes in bytes of float32, comma-separated")
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each figure is the median over rounds")
     ap.add_argument("--no-gloo", action="store_true", help="leave torch.distributed/gloo out")
+    ap.add_argument("--block-calls", type=int, default=0,
+                    help="run each method's rounds as one block of this many calls per round (default: the "
+                         "methods take turns, a few calls each, the order rotating from round to round)")
     ap.add_argument("--csv", help="write the table as CSV")
     ap.add_argument("--png", help="plot busbw against size")
     args = ap.parse_args()
@@ -114,7 +129,7 @@ def main():
     methods = ["mpi", "hvl", "hvl_inplace", "hvl_fp16"] + ([] if dist is None else ["gloo"])
     rows = []
     for nbytes in args.sizes:
-        results = measure(comm, dist, nbytes, methods, args.repeats)
+        results = measure(comm, dist, nbytes, methods, args.repeats, args.block_calls)
         row = {"np": n, "bytes": nbytes}
         for m in methods:
             t = statistics.median(results[m])
