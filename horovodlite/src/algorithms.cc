@@ -5,6 +5,7 @@
 #include "algorithms.h"
 
 #include "fusion_buffer.h"
+#include "ops/hierarchical_allgather.h"
 #include "ops/hierarchical_allreduce.h"
 #include "ops/host_allreduce.h"
 #include "ops/mpi_allgather.h"
@@ -84,6 +85,7 @@ std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& con
   allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));     // several hosts, large messages
   allreduce(std::make_unique<RingBackend>(mpi, config, fusion));               // large messages
   allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                      // everything else
+  reg->add(OpType::kAllgather, kHost, std::make_unique<HierarchicalAllgather>(mpi, config, fusion));  // several hosts
   reg->add(OpType::kAllgather, kHost, std::make_unique<MpiAllgather>(mpi, fusion));
   reg->add(OpType::kBroadcast, kHost, std::make_unique<MpiBroadcast>(mpi));
   reg->add(OpType::kAlltoall, kHost, std::make_unique<MpiAlltoall>(mpi));

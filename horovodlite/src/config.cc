@@ -132,13 +132,14 @@ Status Config::from_env(Config* out) {
   HVL_RETURN_IF_ERROR(read_bool("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
   HVL_RETURN_IF_ERROR(read_double("PEER_TIMEOUT_SECONDS", 0.0, 1e7, &c.peer_timeout_s));
   HVL_RETURN_IF_ERROR(read_bool("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets));
-  {
+  for (auto [name, field] : {std::make_pair("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
+                             std::make_pair("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather)}) {
     bool hierarchical = false;
     std::string var;
-    const char* v = lookup("HIERARCHICAL_ALLREDUCE", &var);
+    const char* v = lookup(name, &var);
     if (v != nullptr && *v != '\0') {  // unset or empty: auto
-      HVL_RETURN_IF_ERROR(read_bool("HIERARCHICAL_ALLREDUCE", &hierarchical));
-      c.hierarchical_allreduce = hierarchical ? Hierarchical::kOn : Hierarchical::kOff;
+      HVL_RETURN_IF_ERROR(read_bool(name, &hierarchical));
+      *field = hierarchical ? Hierarchical::kOn : Hierarchical::kOff;
     }
   }
   {

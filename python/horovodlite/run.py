@@ -49,7 +49,6 @@ _UNSUPPORTED = {
     "--reset-limit": "elastic training is not supported",
     "--blacklist-cooldown-range": "elastic training is not supported",
     "--host-discovery-script": "elastic training is not supported",
-    "--hierarchical-allgather": "horovodlite has no hierarchical allgather",
     "--config-file": "give the settings as flags or HOROVODLITE_* variables",
     "--mpi-threads-disable": "horovodlite always asks MPI for MPI_THREAD_MULTIPLE",
     "--num-nccl-streams": "horovodlite uses one NCCL stream",
@@ -152,6 +151,11 @@ def make_parser():
                       default=None, help="allreduce inside each host, then across hosts, then inside again")
     hier.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce", action="store_const",
                       const=False, help="never use the hierarchical allreduce")
+    hier_ag = params.add_mutually_exclusive_group()
+    hier_ag.add_argument("--hierarchical-allgather", dest="hierarchical_allgather", action="store_const", const=True,
+                         default=None, help="allgather across hosts rank by rank, then inside each host")
+    hier_ag.add_argument("--no-hierarchical-allgather", dest="hierarchical_allgather", action="store_const",
+                         const=False, help="never use the hierarchical allgather")
 
     timeline = parser.add_argument_group("timeline arguments")
     timeline.add_argument("--timeline-filename", default=None, help="write a Chrome-tracing timeline to this file")
@@ -183,8 +187,7 @@ def make_parser():
 
     unsupported = parser.add_argument_group("horovodrun arguments that are errors here")
     for flag in sorted(_UNSUPPORTED):
-        nargs = 0 if flag in ("--autotune", "--gloo", "--jsrun", "--hierarchical-allgather",
-                              "--mpi-threads-disable") else "?"
+        nargs = 0 if flag in ("--autotune", "--gloo", "--jsrun", "--mpi-threads-disable") else "?"
         unsupported.add_argument(flag, action=_Unsupported, nargs=nargs, help=argparse.SUPPRESS)
 
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
@@ -202,6 +205,8 @@ def job_environment(args):
         env["HOROVODLITE_CACHE_CAPACITY"] = str(args.cache_capacity)
     if args.hierarchical_allreduce is not None:
         env["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = "1" if args.hierarchical_allreduce else "0"
+    if args.hierarchical_allgather is not None:
+        env["HOROVODLITE_HIERARCHICAL_ALLGATHER"] = "1" if args.hierarchical_allgather else "0"
     if args.timeline_filename:
         env["HOROVODLITE_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:

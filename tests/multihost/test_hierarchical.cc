@@ -25,6 +25,7 @@
 #include "horovodlite/config.h"
 #include "kernels/reduce.h"
 #include "mpi_context.h"
+#include "ops/hierarchical_allgather.h"
 #include "ops/hierarchical_allreduce.h"
 #include "ops/mpi_allreduce.h"
 #include "ops/ring_backend.h"
@@ -36,6 +37,7 @@ namespace {
 struct Algorithms {
   MpiContext mpi;
   std::unique_ptr<HierarchicalAllreduce> hierarchical;
+  std::unique_ptr<HierarchicalAllgather> hierarchical_allgather;
   std::unique_ptr<RingBackend> ring;
   std::unique_ptr<MpiAllreduce> reference;
 };
@@ -46,12 +48,14 @@ Algorithms& algorithms() {
     EXPECT_TRUE(x->mpi.init(nullptr).ok());
     Config config;
     config.hierarchical_allreduce = Config::Hierarchical::kOn;  // every size
+    config.hierarchical_allgather = Config::Hierarchical::kOn;
     config.ring_threshold_bytes = 0;
     config.ring_segment_bytes = 4096;  // deep pipelines on small buffers
     auto fusion = std::make_shared<FusionBuffer>();
     x->hierarchical = std::make_unique<HierarchicalAllreduce>(x->mpi, config, fusion);
     x->hierarchical->set_piece_bytes(1000);  // several pieces, not a multiple of any element size
     x->ring = std::make_unique<RingBackend>(x->mpi, config, fusion);
+    x->hierarchical_allgather = std::make_unique<HierarchicalAllgather>(x->mpi, config, fusion);
     x->reference = std::make_unique<MpiAllreduce>(x->mpi, fusion);
     return x;
   }();
@@ -152,6 +156,18 @@ TEST(Hierarchical, EnabledOnlyOnSeveralHostsWithSeveralRanksEach) {
   EXPECT_EQ(on, hierarchical_applies()) << "local_size " << algorithms().mpi.local_size() << ", cross_size "
                                         << algorithms().mpi.cross_size();
   EXPECT_FALSE(algorithms().hierarchical->accepts(DataType::kFloat32, ReduceOp::kAdasum, 1 << 20));
+}
+
+// The allgather's results are checked by the core suite run with
+// HOROVODLITE_HIERARCHICAL_ALLGATHER=1 (multihost_core_2x2_hierarchical*).
+TEST(Hierarchical, AllgatherEnabledOnlyOnSeveralHostsWithSeveralRanksEach) {
+  Response r;
+  r.type = OpType::kAllgather;
+  r.shape = {4, 3};
+  r.tensor_sizes.assign(static_cast<size_t>(algorithms().mpi.size()), 4);
+  EXPECT_EQ(algorithms().hierarchical_allgather->enabled(r), hierarchical_applies());
+  r.device = 0;  // device tensors are not its business
+  EXPECT_FALSE(algorithms().hierarchical_allgather->enabled(r));
 }
 
 TEST(Hierarchical, TopologyIsSeveralHosts) {

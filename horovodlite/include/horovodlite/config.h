@@ -74,6 +74,11 @@ struct Config {
   // never. Device allreduces (CUDA builds) run NCCL's hierarchical form only with 1.
   enum class Hierarchical : uint8_t { kAuto = 0, kOff = 1, kOn = 2 };
   Hierarchical hierarchical_allreduce = Hierarchical::kAuto;
+  // HIERARCHICAL_ALLGATHER (0/1; unset: auto), the same for host allgathers
+  // (ops/hierarchical_allgather.h): each rank's block crosses to the other hosts
+  // once, from its own rank (every local rank at once), then an allgather inside
+  // each host per host. Auto: from RING_THRESHOLD bytes of output up.
+  Hierarchical hierarchical_allgather = Hierarchical::kAuto;
 
   // ---- device (CUDA) tensors; ignored by builds without CUDA ----
   // GPU_OPERATIONS: "nccl" (default) runs collectives on device tensors with NCCL;

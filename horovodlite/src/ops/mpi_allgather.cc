@@ -14,10 +14,15 @@ Status MpiAllgather::allgather(const Response& r, TensorEntry& e) {
   HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, allgather_counts(r, e.input.shape), &counts, &displs));
   TensorView out;
   HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_.comm(), Status::OK(), &out));
-  MPI_Datatype t = MpiContext::move_type(r.dtype);
-  HVL_MPI_CHECK(
-      MPI_Allgatherv(e.input.data, counts[mpi_.rank()], t, out.data, counts.data(), displs.data(), t, mpi_.comm()));
+  HVL_RETURN_IF_ERROR(exchange(e.input.data, out.data, counts, displs, MpiContext::move_type(r.dtype)));
   e.handle->set_output(out);
+  return Status::OK();
+}
+
+Status MpiAllgather::exchange(const void* send, void* buf, const std::vector<int>& counts,
+                              const std::vector<int>& displs, MPI_Datatype type) {
+  HVL_MPI_CHECK(MPI_Allgatherv(send ? send : MPI_IN_PLACE, send ? counts[mpi_.rank()] : 0, type, buf, counts.data(),
+                               displs.data(), type, mpi_.comm()));
   return Status::OK();
 }
 
@@ -71,8 +76,7 @@ Status MpiAllgather::fused(const OpArgs& args) {
   }
   {
     ObservedPhase phase(args.observer, r, name());
-    MPI_Datatype type = MpiContext::move_type(r.dtype);
-    HVL_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, type, buf, counts.data(), displs.data(), type, mpi_.comm()));
+    HVL_RETURN_IF_ERROR(exchange(nullptr, buf, counts, displs, MpiContext::move_type(r.dtype)));
   }
   {
     ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");

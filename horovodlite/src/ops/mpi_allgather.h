@@ -22,10 +22,17 @@ class MpiAllgather : public Algorithm {
     return OpResult{args.entries.size() == 1 ? allgather(args.response, *args.entries[0]) : fused(args), name()};
   }
 
+ protected:
+  // The exchange: rank k's block is counts[k] elements of `type` at displs[k] in
+  // `buf`; every block ends up everywhere. `send`: this rank's block, or nullptr
+  // when it is already in place in buf.
+  virtual Status exchange(const void* send, void* buf, const std::vector<int>& counts, const std::vector<int>& displs,
+                          MPI_Datatype type);
+  const MpiContext& mpi_;
+
  private:
   Status allgather(const Response& r, TensorEntry& e);
   Status fused(const OpArgs& args);
-  const MpiContext& mpi_;
   std::shared_ptr<FusionBuffer> fusion_;
 };
 

@@ -25,7 +25,7 @@ def test_each_flag_reaches_the_ranks(tmp_path):
     options = [
         "-np", "2", "--hostfile", str(hostfile),
         "--fusion-threshold-mb", "1", "--cycle-time-ms", "2.5", "--cache-capacity", "16",
-        "--hierarchical-allreduce",
+        "--hierarchical-allreduce", "--hierarchical-allgather",
         "--timeline-filename", str(timeline), "--timeline-mark-cycles",
         "--no-stall-check", "--stall-check-warning-time-seconds", "7", "--stall-check-shutdown-time-seconds", "9",
         "--log-level", "debug", "--output-filename", str(out_dir),
@@ -44,6 +44,7 @@ def test_each_flag_reaches_the_ranks(tmp_path):
             "HOROVODLITE_CYCLE_TIME": "2.5",
             "HOROVODLITE_CACHE_CAPACITY": "16",
             "HOROVODLITE_HIERARCHICAL_ALLREDUCE": "1",
+            "HOROVODLITE_HIERARCHICAL_ALLGATHER": "1",
             "HOROVODLITE_TIMELINE": str(timeline),
             "HOROVODLITE_TIMELINE_MARK_CYCLES": "1",
             "HOROVODLITE_STALL_CHECK_DISABLE": "1",
@@ -211,9 +212,11 @@ def test_version_agrees_everywhere():
 def test_options_map_to_mpirun_arguments():
     args = run.make_parser().parse_args(
         ["-np", "4", "-H", "a:2,b:2", "-p", "2200", "-i", "key", "--network-interfaces", "eth0,eth1",
-         "--output-filename", "logs", "--no-hierarchical-allreduce", "--mpi-args=--map-by slot", "prog"])
+         "--output-filename", "logs", "--no-hierarchical-allreduce", "--no-hierarchical-allgather",
+         "--mpi-args=--map-by slot", "prog"])
     env = run.job_environment(args)
-    assert env == {"HOROVODLITE_HIERARCHICAL_ALLREDUCE": "0", "NCCL_SOCKET_IFNAME": "eth0,eth1"}
+    assert env == {"HOROVODLITE_HIERARCHICAL_ALLREDUCE": "0", "HOROVODLITE_HIERARCHICAL_ALLGATHER": "0",
+                   "NCCL_SOCKET_IFNAME": "eth0,eth1"}
     cmd = run.mpirun_command(args, env)
     joined = " ".join(cmd)
     assert cmd[:3] == ["mpirun", "-np", "4"] and cmd[-3:] == ["--map-by", "slot", "prog"]

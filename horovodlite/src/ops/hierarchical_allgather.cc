@@ -1,0 +1,104 @@
+#include "ops/hierarchical_allgather.h"
+
+#include <cstring>
+
+#include "coordinator.h"
+#include "logging.h"
+
+namespace horovodlite {
+
+HierarchicalAllgather::HierarchicalAllgather(const MpiContext& mpi, const Config& config,
+                                             std::shared_ptr<FusionBuffer> fusion)
+    : MpiAllgather(mpi, std::move(fusion)) {
+  // Every rank reads the same configuration, so every rank takes the same branches.
+  if (config.hierarchical_allgather == Config::Hierarchical::kOff || mpi.size() < 2) return;
+  const int64_t threshold =
+      config.hierarchical_allgather == Config::Hierarchical::kOn ? 0 : config.ring_threshold_bytes;
+  if (threshold < 0) return;
+  int sizes[2] = {mpi.local_size(), -mpi.local_size()};
+  if (MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, mpi.comm()) != MPI_SUCCESS) return;
+  const bool homogeneous = sizes[0] == -sizes[1];
+  if (!homogeneous || mpi.local_size() == 1 || mpi.cross_size() == 1) {
+    if (config.hierarchical_allgather == Config::Hierarchical::kOn && mpi.rank() == 0) {
+      HVL_LOG(kInfo, "HOROVODLITE_HIERARCHICAL_ALLGATHER=1 has no effect here ("
+                         << (homogeneous ? "one host, or one rank per host" : "hosts have different numbers of ranks")
+                         << ")");
+    }
+    return;
+  }
+  Status s = mpi_status(MPI_Comm_dup(mpi.local_comm(), &local_), "MPI_Comm_dup (local)");
+  if (s.ok()) s = mpi_status(MPI_Comm_dup(mpi.cross_comm(), &cross_), "MPI_Comm_dup (cross)");
+  // A host's number: the cross rank of its local rank 0 (the cross communicators
+  // of different local ranks may order the hosts differently).
+  int host = mpi.cross_rank();
+  if (s.ok()) s = mpi_status(MPI_Bcast(&host, 1, MPI_INT, 0, local_), "MPI_Bcast (host number)");
+  std::vector<int> where(2 * static_cast<size_t>(mpi.size()));
+  int mine[2] = {host, mpi.local_rank()};
+  if (s.ok()) s = mpi_status(MPI_Allgather(mine, 2, MPI_INT, where.data(), 2, MPI_INT, mpi.comm()), "MPI_Allgather");
+  cross_members_.resize(static_cast<size_t>(mpi.cross_size()));
+  int me = mpi.rank();
+  if (s.ok()) {
+    s = mpi_status(MPI_Allgather(&me, 1, MPI_INT, cross_members_.data(), 1, MPI_INT, cross_), "MPI_Allgather (cross)");
+  }
+  s = agree_across_ranks(mpi.comm(), s, "hierarchical allgather set-up", "it failed there");
+  if (!s.ok()) {
+    HVL_LOG(kWarning, "the hierarchical allgather is disabled: " << s.message());
+    return;
+  }
+  members_.assign(static_cast<size_t>(mpi.cross_size()), std::vector<int>(static_cast<size_t>(mpi.local_size()), -1));
+  for (int k = 0; k < mpi.size(); ++k) {
+    const int h = where[2 * k], j = where[2 * k + 1];
+    if (h < 0 || h >= mpi.cross_size() || j < 0 || j >= mpi.local_size() || members_[h][j] != -1) {
+      if (mpi.rank() == 0) HVL_LOG(kWarning, "the hierarchical allgather is disabled: unexpected host layout");
+      members_.clear();
+      return;
+    }
+    members_[h][j] = k;
+  }
+  MPI_Comm_set_errhandler(local_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(cross_, MPI_ERRORS_RETURN);
+  local_rank_ = mpi.local_rank();
+  threshold_ = threshold;
+}
+
+HierarchicalAllgather::~HierarchicalAllgather() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
+  if (cross_ != MPI_COMM_NULL) MPI_Comm_free(&cross_);
+}
+
+bool HierarchicalAllgather::enabled(const Response& r) const {
+  return threshold_ >= 0 && !members_.empty() && r.device == kCpuDevice && response_bytes(r) >= threshold_;
+}
+
+Status HierarchicalAllgather::exchange(const void* send, void* buf, const std::vector<int>& counts,
+                                       const std::vector<int>& displs, MPI_Datatype type) {
+  const int me = mpi_.rank();
+  if (send != nullptr) {
+    int elem = 0;
+    MPI_Type_size(type, &elem);
+    std::memcpy(static_cast<char*>(buf) + static_cast<int64_t>(displs[me]) * elem, send,
+                static_cast<size_t>(counts[me]) * static_cast<size_t>(elem));
+  }
+  const size_t hosts = members_.size(), local = members_[0].size();
+  std::vector<int> c(std::max(hosts, local)), d(c.size());
+  // 1. Across hosts: local rank j of every host gathers the blocks of local rank j.
+  for (size_t q = 0; q < hosts; ++q) {
+    c[q] = counts[cross_members_[q]];
+    d[q] = displs[cross_members_[q]];
+  }
+  HVL_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, type, buf, c.data(), d.data(), type, cross_));
+  // 2. Inside the host, one allgather per host: local rank j holds host h's block j.
+  for (size_t h = 0; h < hosts; ++h) {
+    for (size_t j = 0; j < local; ++j) {
+      c[j] = counts[members_[h][j]];
+      d[j] = displs[members_[h][j]];
+    }
+    HVL_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, type, buf, c.data(), d.data(), type, local_));
+  }
+  return Status::OK();
+}
+
+}  // namespace horovodlite
