@@ -9,9 +9,9 @@
 namespace horovodlite {
 
 namespace {
-// The vector reduce_vote() works on: set for the one sync() with slots in flight
+// The vector reduce_vote_entry() works on: set for the one sync() with slots in flight
 // (the background thread runs one cycle at a time, for every process set), read
-// by whichever thread MPI's progress calls reduce_vote() on.
+// by whichever thread MPI's progress calls reduce_vote_entry() on.
 std::atomic<const CacheCoordinator*> g_syncing{nullptr};
 
 MPI_Op vote_op() {
