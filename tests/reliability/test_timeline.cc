@@ -82,6 +82,10 @@ TEST(Timeline, StartedAtRunTimeIsValidJsonWithEveryPhase) {
     Status other = start_timeline(path + ".other");
     EXPECT_EQ(other.code(), StatusCode::kPrecondition) << other.to_string();
   }
+  // Rank 0 writes the timeline: no rank may submit before rank 0's timeline is on,
+  // or rank 0's coordinator sees that rank's request before it records anything
+  // (failed under TSan at -np 3: ranks 1 and 2 missing from the ready marks).
+  HVL_ASSERT_OK(barrier_async()->wait());
   run_some_ops();
   HVL_ASSERT_OK(stop_timeline());
   HVL_ASSERT_OK(stop_timeline());  // none active: fine
