@@ -33,15 +33,17 @@
 namespace horovodlite {
 
 namespace {
-// MPI_Wait / MPI_Waitall for the ring, without a long busy poll: polls with
-// MPI_Test* (which also moves the data) for up to kSpin, then sleeps in growing
-// steps up to kMaxSleep. MPI's own wait spins for as long as the peer is behind:
-// under a plain mpirun each rank is bound to one core, which this thread shares
-// with the training thread, so a peer still computing its backward pass made
-// this rank's backward pass slower too.
-// Measured (README, ResNet-18 vs DDP): background CPU 134-152 -> 96-102 ms per
-// step, 0.90-0.96x -> 0.95-1.03x DDP; the allreduce sweep unchanged within noise.
-constexpr auto kSpin = std::chrono::microseconds(50);
+// MPI_Wait / MPI_Waitall / MPI_Waitany for the ring, without an unbounded busy
+// poll: polls with MPI_Test* (which also moves the data) for up to kSpin, then
+// sleeps in growing steps up to kMaxSleepUs. MPI's own wait spins for as long as
+// the peer is behind: under a plain mpirun each rank is bound to one core, which
+// this thread shares with the training thread, so while the peer is still in its
+// backward pass the spinning took the core from this rank's backward pass.
+// kSpin covers a segment in flight: with 50 us the C++ allreduce at 4 MiB lost
+// 25-30 % under binding (a 256 KiB segment takes about that long, and a sleep here
+// lasts >= 20 us); with 200 us it matches MPI_Wait (README: A/B figures), while
+// ResNet-18's background thread used 100-120 instead of 134-152 ms CPU per step.
+constexpr auto kSpin = std::chrono::microseconds(200);
 constexpr int kMaxSleepUs = 100;
 
 template <typename Test>
