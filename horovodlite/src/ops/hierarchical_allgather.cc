@@ -4,28 +4,16 @@
 
 #include "coordinator.h"
 #include "logging.h"
+#include "ops/hierarchical_allreduce.h"
 
 namespace horovodlite {
 
 HierarchicalAllgather::HierarchicalAllgather(const MpiContext& mpi, const Config& config,
                                              std::shared_ptr<FusionBuffer> fusion)
     : MpiAllgather(mpi, std::move(fusion)) {
-  // Every rank reads the same configuration, so every rank takes the same branches.
-  if (config.hierarchical_allgather == Config::Hierarchical::kOff || mpi.size() < 2) return;
-  const int64_t threshold =
-      config.hierarchical_allgather == Config::Hierarchical::kOn ? 0 : config.ring_threshold_bytes;
+  const int64_t threshold = hierarchical_threshold(mpi, config.hierarchical_allgather, config.ring_threshold_bytes,
+                                                   "HOROVODLITE_HIERARCHICAL_ALLGATHER", "");
   if (threshold < 0) return;
-  int sizes[2] = {mpi.local_size(), -mpi.local_size()};
-  if (MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, mpi.comm()) != MPI_SUCCESS) return;
-  const bool homogeneous = sizes[0] == -sizes[1];
-  if (!homogeneous || mpi.local_size() == 1 || mpi.cross_size() == 1) {
-    if (config.hierarchical_allgather == Config::Hierarchical::kOn && mpi.rank() == 0) {
-      HVL_LOG(kInfo, "HOROVODLITE_HIERARCHICAL_ALLGATHER=1 has no effect here ("
-                         << (homogeneous ? "one host, or one rank per host" : "hosts have different numbers of ranks")
-                         << ")");
-    }
-    return;
-  }
   Status s = mpi_status(MPI_Comm_dup(mpi.local_comm(), &local_), "MPI_Comm_dup (local)");
   if (s.ok()) s = mpi_status(MPI_Comm_dup(mpi.cross_comm(), &cross_), "MPI_Comm_dup (cross)");
   // A host's number: the cross rank of its local rank 0 (the cross communicators

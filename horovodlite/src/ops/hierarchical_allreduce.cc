@@ -23,26 +23,34 @@ void split(int64_t n, int parts, std::vector<int>* counts, std::vector<int>* dis
 
 }  // namespace
 
+int64_t hierarchical_threshold(const MpiContext& mpi, Config::Hierarchical mode, int64_t ring_threshold_bytes,
+                               const char* variable, const char* instead) {
+  if (mode == Config::Hierarchical::kOff || mpi.size() < 2) return -1;
+  const int64_t threshold = mode == Config::Hierarchical::kOn ? 0 : ring_threshold_bytes;
+  if (threshold < 0) return -1;  // auto and RING_THRESHOLD=-1: never
+  // Collective: the same number of ranks on every host (min == max).
+  int sizes[2] = {mpi.local_size(), -mpi.local_size()};
+  if (MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, mpi.comm()) != MPI_SUCCESS) return -1;
+  const bool homogeneous = sizes[0] == -sizes[1];
+  if (!homogeneous || mpi.local_size() == 1 || mpi.cross_size() == 1) {
+    if (mode == Config::Hierarchical::kOn && mpi.rank() == 0) {
+      HVL_LOG(kInfo,
+              variable << "=1 has no effect here ("
+                       << (homogeneous ? "one host, or one rank per host" : "hosts have different numbers of ranks")
+                       << ")" << instead);
+    }
+    return -1;
+  }
+  return threshold;
+}
+
 HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config& config,
                                              std::shared_ptr<FusionBuffer> fusion)
     : HostAllreduce(mpi, std::move(fusion)) {
-  // Every rank reads the same configuration, so every rank takes the same branches.
-  if (config.hierarchical_allreduce == Config::Hierarchical::kOff || mpi.size() < 2) return;
   const int64_t threshold =
-      config.hierarchical_allreduce == Config::Hierarchical::kOn ? 0 : config.ring_threshold_bytes;
-  if (threshold < 0) return;  // auto and RING_THRESHOLD=-1: never
-  // Collective: the same number of ranks on every host (min == max).
-  int sizes[2] = {mpi.local_size(), -mpi.local_size()};
-  if (MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, mpi.comm()) != MPI_SUCCESS) return;
-  const bool homogeneous = sizes[0] == -sizes[1];
-  if (!homogeneous || mpi.local_size() == 1 || mpi.cross_size() == 1) {
-    if (config.hierarchical_allreduce == Config::Hierarchical::kOn && mpi.rank() == 0) {
-      HVL_LOG(kInfo, "HOROVODLITE_HIERARCHICAL_ALLREDUCE=1 has no effect here ("
-                         << (homogeneous ? "one host, or one rank per host" : "hosts have different numbers of ranks")
-                         << "): the flat ring serves large allreduces");
-    }
-    return;
-  }
+      hierarchical_threshold(mpi, config.hierarchical_allreduce, config.ring_threshold_bytes,
+                             "HOROVODLITE_HIERARCHICAL_ALLREDUCE", ": the flat ring serves large allreduces");
+  if (threshold < 0) return;
   Status dup = mpi_status(MPI_Comm_dup(mpi.local_comm(), &local_), "MPI_Comm_dup (local)");
   if (dup.ok()) dup = mpi_status(MPI_Comm_dup(mpi.cross_comm(), &cross_), "MPI_Comm_dup (cross)");
   dup = agree_across_ranks(mpi.comm(), dup, "hierarchical allreduce set-up", "MPI_Comm_dup failed there");

@@ -27,6 +27,15 @@
 
 namespace horovodlite {
 
+// For the hierarchical algorithms (allreduce, allgather): from which size in bytes
+// `mode` (HIERARCHICAL_ALLREDUCE / _ALLGATHER) asks for it — auto: the ring
+// threshold; on: every size — or -1 where it does not apply: off, one rank, or
+// not several hosts with the same number (> 1) of ranks each (then, if it was
+// forced on, rank 0 logs `variable` and why, adding `instead`). Collective over
+// mpi.comm() unless off or never (every rank reads the same configuration).
+int64_t hierarchical_threshold(const MpiContext& mpi, Config::Hierarchical mode, int64_t ring_threshold_bytes,
+                               const char* variable, const char* instead);
+
 class HierarchicalAllreduce : public HostAllreduce {
  public:
   // Bytes of the buffer per pipeline piece.
