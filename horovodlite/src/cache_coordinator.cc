@@ -1,28 +1,8 @@
 #include "cache_coordinator.h"
 
-#include <atomic>
-#include <cstring>
-
 #include "kernels/reduce.h"
-#include "mpi_context.h"
 
 namespace horovodlite {
-
-namespace {
-// The vector reduce_vote_entry() works on: set for the one sync() with slots in flight
-// (the background thread runs one cycle at a time, for every process set), read
-// by whichever thread MPI's progress calls reduce_vote_entry() on.
-std::atomic<const CacheCoordinator*> g_syncing{nullptr};
-
-MPI_Op vote_op() {
-  static MPI_Op op = [] {
-    MPI_Op o = MPI_OP_NULL;
-    MPI_Op_create(&CacheCoordinator::reduce_vote_entry, /*commute=*/1, &o);
-    return o;
-  }();
-  return op;
-}
-}  // namespace
 
 CacheCoordinator::CacheCoordinator(size_t cache_capacity, int world_size)
     : words_((cache_capacity + 63) / 64),
@@ -35,12 +15,6 @@ CacheCoordinator::CacheCoordinator(size_t cache_capacity, int world_size)
       or_words_(hits_),
       bit_words_(hits_ + words_),
       bits_(bit_words_, 0) {}
-
-CacheCoordinator::~CacheCoordinator() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (whole_ != MPI_DATATYPE_NULL && !finalized) MPI_Type_free(&whole_);
-}
 
 void CacheCoordinator::reset() {
   slots_.clear();
@@ -60,19 +34,12 @@ void CacheCoordinator::set_slots(const std::vector<Slot>& slots) {
   bits_.resize(bit_words_ + words, 0);
 }
 
-void CacheCoordinator::reduce_vote_entry(void* in, void* inout, int* len, MPI_Datatype*) {
-  const CacheCoordinator* c = g_syncing.load(std::memory_order_acquire);
-  if (c == nullptr) return;  // cannot happen: only sync() with slots uses this op
-  const size_t total = c->bits_.size();
-  for (int e = 0; e < *len; ++e) {
-    const uint64_t* a = static_cast<const uint64_t*>(in) + e * total;
-    uint64_t* b = static_cast<uint64_t*>(inout) + e * total;
-    for (size_t w = 0; w < c->bit_words_; ++w) b[w] &= a[w];
-    for (size_t i = 0; i < c->slots_.size(); ++i) {
-      const Slot& s = c->slots_[i];
-      const size_t at = c->bit_words_ + c->slot_word_[i];
-      kernels::reduce_into(b + at, a + at, s.count, s.dtype, s.op == ReduceOp::kAverage ? ReduceOp::kSum : s.op);
-    }
+void CacheCoordinator::combine(const uint64_t* in, uint64_t* inout) const {
+  for (size_t w = 0; w < bit_words_; ++w) inout[w] &= in[w];
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    const size_t at = bit_words_ + slot_word_[i];
+    kernels::reduce_into(inout + at, in + at, s.count, s.dtype, s.op == ReduceOp::kAverage ? ReduceOp::kSum : s.op);
   }
 }
 
@@ -83,28 +50,10 @@ void CacheCoordinator::record_shutdown(int rank) {
 
 void CacheCoordinator::record_exiting(int rank) { set_bit(exiters_, static_cast<uint32_t>(rank)); }
 
-Status CacheCoordinator::sync(MPI_Comm comm) {
+Status CacheCoordinator::sync(RecursiveDoubling& exchange) {
   for (size_t w = 0; w < or_words_; ++w) bits_[w] = ~bits_[w];
-  MPI_Request req;
-  if (slots_.empty()) {
-    HVL_MPI_CHECK(
-        MPI_Iallreduce(MPI_IN_PLACE, bits_.data(), static_cast<int>(bits_.size()), MPI_UINT64_T, MPI_BAND, comm, &req));
-    HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallreduce (negotiation)"));
-  } else {
-    if (whole_words_ != bits_.size()) {  // the same layout cycle after cycle: keep the type
-      if (whole_ != MPI_DATATYPE_NULL) MPI_Type_free(&whole_);
-      whole_words_ = 0;
-      HVL_MPI_CHECK(MPI_Type_contiguous(static_cast<int>(bits_.size()), MPI_UINT64_T, &whole_));
-      HVL_MPI_CHECK(MPI_Type_commit(&whole_));
-      whole_words_ = bits_.size();
-    }
-    struct Done {
-      ~Done() { g_syncing.store(nullptr, std::memory_order_release); }
-    } done;
-    g_syncing.store(this, std::memory_order_release);
-    HVL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bits_.data(), 1, whole_, vote_op(), comm, &req));
-    HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallreduce (negotiation with data)"));
-  }
+  HVL_RETURN_IF_ERROR(
+      exchange.run(bits_.data(), bits_.size(), [this](const uint64_t* in, uint64_t* inout) { combine(in, inout); }));
   for (size_t w = 0; w < or_words_; ++w) bits_[w] = ~bits_[w];
   return Status::OK();
 }

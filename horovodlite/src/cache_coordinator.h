@@ -9,18 +9,17 @@
 // "Any rank" bits are OR-reduced through the AND by sending them inverted:
 // OR(x) = ~AND(~x). One collective per cycle, however many names are pending.
 // It may also carry data: slots after the bits, each reduced with its own dtype
-// and op in the same allreduce (eager allreduces, controller.h). Then the vector
-// goes as one element of a contiguous type with our own MPI_Op, so that MPI
-// never splits a slot.
+// and op in the same allreduce (eager allreduces, controller.h). The allreduce
+// is our recursive doubling (recursive_doubling.h), which combines whole
+// vectors: bits and slots in one pass, no MPI datatype or op to register.
 #pragma once
-
-#include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "horovodlite/common.h"
+#include "recursive_doubling.h"
 
 namespace horovodlite {
 
@@ -33,7 +32,6 @@ class CacheCoordinator {
   };
 
   CacheCoordinator(size_t cache_capacity, int world_size);
-  ~CacheCoordinator();
   CacheCoordinator(const CacheCoordinator&) = delete;
   CacheCoordinator& operator=(const CacheCoordinator&) = delete;
 
@@ -59,9 +57,9 @@ class CacheCoordinator {
   void* slot_data(size_t i) { return bits_.data() + bit_words_ + slot_word_[i]; }
   const void* slot_result(size_t i) const { return bits_.data() + bit_words_ + slot_word_[i]; }
 
-  // The collective: every rank of `comm` calls it once per cycle with the same
-  // capacity, world size and slots.
-  Status sync(MPI_Comm comm);
+  // The collective: every rank of the exchange's communicator calls it once per
+  // cycle with the same capacity, world size and slots.
+  Status sync(RecursiveDoubling& exchange);
 
   // After sync():
   bool test(StatusBit bit) const { return (bits_[0] & bit) != 0; }
@@ -76,12 +74,9 @@ class CacheCoordinator {
   void set_bit(size_t word_offset, uint32_t bit) { bits_[word_offset + bit / 64] |= uint64_t(1) << (bit % 64); }
   std::vector<int> ranks_in(size_t word_offset) const;
 
- public:
-  // The MPI_Op of a vector with slots: AND over the bits, each slot's op over its
-  // data (public only to be registered with MPI_Op_create).
-  static void reduce_vote_entry(void* in, void* inout, int* len, MPI_Datatype* type);
+  // inout = AND over the bits, each slot's op over its data.
+  void combine(const uint64_t* in, uint64_t* inout) const;
 
- private:
   const size_t words_;       // per position bitmap
   const size_t rank_words_;  // per rank bitmap
   const int world_size_;
@@ -90,9 +85,7 @@ class CacheCoordinator {
   const size_t bit_words_;  // the bits; data slots follow
   std::vector<uint64_t> bits_;
   std::vector<Slot> slots_;
-  std::vector<size_t> slot_word_;           // each slot's first word after the bits
-  MPI_Datatype whole_ = MPI_DATATYPE_NULL;  // the whole vector as one element, for whole_words_ words
-  size_t whole_words_ = 0;
+  std::vector<size_t> slot_word_;  // each slot's first word after the bits
 };
 
 }  // namespace horovodlite

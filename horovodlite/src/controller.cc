@@ -18,6 +18,7 @@ Controller::Controller(const Communicator& comm, const Config& config, Timeline&
       local_(std::move(local)),
       coordinator_(comm.rank == 0 ? std::make_unique<Coordinator>(comm.size, identity_.global_ranks, identity_.where)
                                   : nullptr),
+      exchange_(comm.host_ordered != MPI_COMM_NULL ? comm.host_ordered : comm.comm, comm.eager_message_bytes),
       cache_(static_cast<size_t>(config.cache_capacity)),
       votes_(static_cast<size_t>(config.cache_capacity), comm.size),
       stall_(config) {}
@@ -29,7 +30,7 @@ Status Controller::compute_responses(Input input, Output* out) {
 
   vote(input, now);
   watchdog_.enter("negotiation (bit-vector allreduce)");
-  Status s = votes_.sync(comm_.comm);
+  Status s = votes_.sync(exchange_);
   watchdog_.leave();
   if (!s.ok()) return Status::Aborted("horovodlite lost contact with other ranks: " + s.message());
 

@@ -46,6 +46,7 @@
 #include "horovodlite/config.h"
 #include "message.h"
 #include "mpi_context.h"
+#include "recursive_doubling.h"
 #include "response_cache.h"
 #include "stall_inspector.h"
 #include "timeline.h"
@@ -138,6 +139,7 @@ class Controller {
   Watchdog& watchdog_;
   LocalLookup local_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  RecursiveDoubling exchange_;                // the vote's allreduce
   ResponseCache cache_;
   CacheCoordinator votes_;
   StallInspector stall_;

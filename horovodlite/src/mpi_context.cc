@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "horovodlite/horovodlite.h"
 #include "kernels/reduce.h"
@@ -55,6 +57,51 @@ Status agree_across_ranks(MPI_Comm comm, const Status& local, const std::string&
   return Status::OK();
 }
 
+namespace {
+template <typename T>
+T read_as(const unsigned char* bytes) {
+  T v;
+  std::memcpy(&v, bytes, sizeof(T));
+  return v;
+}
+}  // namespace
+
+int64_t mpi_control_variable(const char* name) {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return 0;
+  int64_t out = 0;
+  int index = -1;
+  if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS && index >= 0) {
+    char cvar_name[256], desc[1024];
+    int name_len = sizeof(cvar_name), desc_len = sizeof(desc), verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumtype;
+    MPI_T_cvar_handle handle;
+    int count = 0;
+    if (MPI_T_cvar_get_info(index, cvar_name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &bind,
+                            &scope) == MPI_SUCCESS &&
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      if (count == 1) {
+        alignas(8) unsigned char value[16] = {};  // room for any integer type
+        if (MPI_T_cvar_read(handle, value) == MPI_SUCCESS) {
+          if (type == MPI_UNSIGNED_LONG) {
+            out = static_cast<int64_t>(read_as<unsigned long>(value));
+          } else if (type == MPI_UNSIGNED_LONG_LONG) {
+            out = static_cast<int64_t>(read_as<unsigned long long>(value));
+          } else if (type == MPI_INT) {
+            out = read_as<int>(value);
+          } else if (type == MPI_UNSIGNED) {
+            out = read_as<unsigned>(value);
+          }
+        }
+      }
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+  return std::max<int64_t>(0, out);
+}
+
 Status mpi_wait(MPI_Request* request, const char* what, int max_sleep_us) {
   int done = 0;
   int attempts = 0;
@@ -98,6 +145,7 @@ Status MpiContext::init(const MPI_Comm* user_comm) {
   MPI_Comm base = user_comm ? *user_comm : MPI_COMM_WORLD;
   HVL_MPI_CHECK(MPI_Comm_dup(base, &comm_));
   HVL_RETURN_IF_ERROR(init_communicators());
+  HVL_RETURN_IF_ERROR(agree_eager_message_bytes());
   MPI_Type_contiguous(2, MPI_BYTE, &half_type_);
   MPI_Type_commit(&half_type_);
   MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_);
@@ -125,6 +173,26 @@ Status MpiContext::init_communicators() {
   HVL_MPI_CHECK(MPI_Comm_split(comm_, local_rank_, rank_, &cross_comm_));
   HVL_MPI_CHECK(MPI_Comm_rank(cross_comm_, &cross_rank_));
   HVL_MPI_CHECK(MPI_Comm_size(cross_comm_, &cross_size_));
+  int leader = rank_;  // local rank 0 has the host's lowest rank (the local split is keyed by rank)
+  HVL_MPI_CHECK_AS(MPI_Bcast(&leader, 1, MPI_INT, 0, local_comm_), "MPI_Bcast (host order)");
+  // leader * size + rank fits an int up to 46340 ranks; beyond, rank order.
+  const int key = size_ <= 46340 ? leader * size_ + rank_ : rank_;
+  HVL_MPI_CHECK_AS(MPI_Comm_split(comm_, 0, key, &host_comm_), "MPI_Comm_split (host order)");
+  MPI_Comm_set_errhandler(host_comm_, MPI_ERRORS_RETURN);
+  return Status::OK();
+}
+
+Status MpiContext::agree_eager_message_bytes() {
+  std::vector<const char*> limits = {"btl_vader_eager_limit"};  // shared memory
+  if (local_size_ < size_) limits.push_back("btl_tcp_eager_limit");
+  int64_t bytes = INT64_MAX;
+  for (const char* name : limits) {
+    const int64_t limit = mpi_control_variable(name);  // includes Open MPI's headers: keep 64 bytes for them
+    bytes = std::min(bytes, limit > 128 ? (limit - 64) / 8 * 8 : 0);
+  }
+  // 0 (unknown) on any rank: 0 everywhere.
+  HVL_MPI_CHECK_AS(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_INT64_T, MPI_MIN, comm_), "MPI_Allreduce (eager limit)");
+  eager_message_bytes_ = bytes;
   return Status::OK();
 }
 
@@ -136,6 +204,7 @@ Status MpiContext::init_subset(const MpiContext& parent, MPI_Comm comm) {
   bf16_type_ = parent.bf16_type_;
   for (int row = 0; row < 2; ++row)
     for (int i = 0; i < 4; ++i) half_ops_[row][i] = parent.half_ops_[row][i];
+  eager_message_bytes_ = parent.eager_message_bytes_;  // agreed by every rank, hence by the set's
   return init_communicators();
 }
 
@@ -153,7 +222,7 @@ void MpiContext::release() {
   for (auto& row : half_ops_)
     for (auto& op : row) op = MPI_OP_NULL;
   half_type_ = bf16_type_ = MPI_DATATYPE_NULL;
-  for (MPI_Comm* c : {&cross_comm_, &local_comm_, &comm_})
+  for (MPI_Comm* c : {&host_comm_, &cross_comm_, &local_comm_, &comm_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 

@@ -18,6 +18,11 @@ struct Communicator {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int size = 1;
+  // comm's ranks in host order (MpiContext::host_comm), for the negotiation's
+  // point-to-point exchanges; null: comm itself.
+  MPI_Comm host_ordered = MPI_COMM_NULL;
+  // MpiContext::eager_message_bytes (0: unknown).
+  int64_t eager_message_bytes = 0;
 };
 
 class MpiContext {
@@ -37,7 +42,7 @@ class MpiContext {
   void release();
 
   MPI_Comm comm() const { return comm_; }
-  Communicator global() const { return Communicator{comm_, rank_, size_}; }
+  Communicator global() const { return Communicator{comm_, rank_, size_, host_comm_, eager_message_bytes_}; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
@@ -49,6 +54,16 @@ class MpiContext {
   // duplicate them for their own traffic.
   MPI_Comm local_comm() const { return local_comm_; }
   MPI_Comm cross_comm() const { return cross_comm_; }
+  // comm() with its ranks in host order: ordered by their host's lowest rank,
+  // then by rank, so that each host's ranks are adjacent whatever the mapping
+  // of ranks to hosts (mpirun --map-by node numbers them round robin). The
+  // negotiation's own; algorithms duplicate it for their traffic.
+  MPI_Comm host_comm() const { return host_comm_; }
+  // The largest message (bytes, a multiple of 8) that Open MPI sends eagerly
+  // between any two ranks here, without a rendezvous round trip first: its
+  // shared-memory and (across hosts) TCP eager limits less 64 bytes of headers;
+  // the same on every rank (the least of theirs), 0 when unknown (not Open MPI).
+  int64_t eager_message_bytes() const { return eager_message_bytes_; }
   bool threads_multiple() const { return thread_level_ >= MPI_THREAD_MULTIPLE; }
 
   // The MPI datatype for reductions of `dtype`.
@@ -60,11 +75,15 @@ class MpiContext {
  private:
   // Rank, size and the local/cross communicators of comm_.
   Status init_communicators();
+  // Collective: eager_message_bytes_.
+  Status agree_eager_message_bytes();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
+  MPI_Comm host_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
+  int64_t eager_message_bytes_ = 0;
   int thread_level_ = MPI_THREAD_SINGLE;
   bool owns_types_ = true;  // false for a process set's context (borrowed from the global one)
   MPI_Datatype half_type_ = MPI_DATATYPE_NULL;
@@ -73,6 +92,11 @@ class MpiContext {
   MPI_Op half_ops_[2][4] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
                             {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
 };
+
+// An integer control variable of the MPI library (an Open MPI MCA parameter,
+// e.g. "btl_tcp_eager_limit") read through the MPI tool interface; 0 when this
+// MPI has no such variable or it is not an integer.
+int64_t mpi_control_variable(const char* name);
 
 // Completes a non-blocking MPI request without spinning a core: tests, then
 // yields, then sleeps with a growing back-off (capped at max_sleep_us).

@@ -5,29 +5,16 @@
 
 namespace horovodlite {
 
-namespace {
-
-Status host_ordered_dup(const MpiContext& mpi, MPI_Comm* out) {
-  int leader = mpi.rank();  // local rank 0 has the host's lowest rank (the local split is keyed by rank)
-  HVL_MPI_CHECK_AS(MPI_Bcast(&leader, 1, MPI_INT, 0, mpi.local_comm()), "MPI_Bcast (ring order)");
-  // leader * size + rank fits an int up to 46340 ranks; beyond, rank order.
-  const int key = mpi.size() <= 46340 ? leader * mpi.size() + mpi.rank() : mpi.rank();
-  HVL_MPI_CHECK_AS(MPI_Comm_split(mpi.comm(), 0, key, out), "MPI_Comm_split (ring order)");
-  return Status::OK();
-}
-
-}  // namespace
-
 RingBackend::RingBackend(const MpiContext& mpi, const Config& config, std::shared_ptr<FusionBuffer> fusion)
     : HostAllreduce(mpi, std::move(fusion)), threshold_(config.ring_threshold_bytes) {
   if (threshold_ < 0 || mpi.size() < 2) return;
   // Collective: every rank builds the same backends. A failed duplicate on any
   // rank disables the ring on every rank (they must all choose alike).
-  // The ring follows hosts: ranks ordered by their host's lowest rank, then by
-  // rank, so that it leaves and enters each host once whatever the mapping of
-  // ranks to hosts (mpirun --map-by node numbers them round robin). Each host
-  // link then carries one ring edge per direction, the least a flat ring can.
-  Status dup = host_ordered_dup(mpi, &comm_);
+  // The ring follows hosts (MpiContext::host_comm: ranks ordered by their host's
+  // lowest rank, then by rank), so that it leaves and enters each host once
+  // whatever the mapping of ranks to hosts. Each host link then carries one
+  // ring edge per direction, the least a flat ring can.
+  Status dup = mpi_status(MPI_Comm_dup(mpi.host_comm(), &comm_), "MPI_Comm_dup (ring order)");
   dup = agree_across_ranks(mpi.comm(), dup, "ring allreduce set-up", "making its communicator failed there");
   if (!dup.ok()) {
     HVL_LOG(kWarning, "the ring allreduce is disabled, MPI_Allreduce serves every size: " << dup.message());
