@@ -139,7 +139,10 @@ void Controller::write_eager(const Request& q, uint32_t pos) {
   const auto it = std::lower_bound(eager_.begin(), eager_.end(), pos);
   if (it == eager_.end() || *it != pos) return;
   const void* input = local_input_(q.name);
-  if (input == nullptr) return;  // (cannot happen for a pending host op) the slot stays zero
+  if (input == nullptr) {  // (cannot happen for a pending host op) no data: not a result anywhere
+    votes_.record_invalid(pos);
+    return;
+  }
   const size_t slot = static_cast<size_t>(it - eager_.begin());
   // Same parameters as the cached response (a hit): its count, dtype and prescale.
   const Response& r = cache_.peek(pos);

@@ -67,8 +67,18 @@ T read_as(const unsigned char* bytes) {
 }  // namespace
 
 int64_t mpi_control_variable(const char* name) {
+  // Open MPI 4.1's MPI_T_init_thread stores the level it is asked for as the
+  // library's thread level (ompi_mpi_thread_level): asking for less than
+  // MPI_Init_thread provided would turn off its MPI_THREAD_MULTIPLE handling
+  // for the rest of the job (MPI_Query_thread then says MPI_THREAD_SINGLE).
+  // Ask for the level MPI already has.
+  int level = MPI_THREAD_SINGLE;
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Query_thread(&level);
   int provided = 0;
-  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return 0;
+  if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return 0;
   int64_t out = 0;
   int index = -1;
   if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS && index >= 0) {

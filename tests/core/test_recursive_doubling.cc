@@ -141,6 +141,16 @@ namespace {
 TEST(RecursiveDoubling, TheContextAgreesOnHostOrderAndMessageSize) {
   horovodlite::MpiContext mpi;
   HVL_ASSERT_OK(mpi.init(nullptr));
+#ifdef OPEN_MPI
+  // horovodlite::init() asked for MPI_THREAD_MULTIPLE, which Open MPI provides;
+  // reading its limits through MPI_T (at every init) must leave that alone.
+  int level = -1;
+  MPI_Query_thread(&level);
+  EXPECT_EQ(level, MPI_THREAD_MULTIPLE);
+  EXPECT_GE(horovodlite::mpi_control_variable("btl_tcp_eager_limit"), 0);
+  MPI_Query_thread(&level);
+  EXPECT_EQ(level, MPI_THREAD_MULTIPLE);
+#endif
   int rank = 0, size = 1;
   MPI_Comm_rank(mpi.host_comm(), &rank);
   MPI_Comm_size(mpi.host_comm(), &size);
