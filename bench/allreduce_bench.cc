@@ -177,7 +177,13 @@ int main(int argc, char** argv) {
     resnet_hvl = timed(1, std::max(2, 5 * scale / 100), [&] { step(hvl::Compression::kNone); });
     resnet_hvl_fp16 = timed(1, std::max(2, 5 * scale / 100), [&] { step(hvl::Compression::kFp16); });
   }
+  const hvl::Stats before = hvl::stats();
   const double lat_hvl = timed(50, lat_iters, [&] { run_hvl("latency", small.data(), 1024, hvl::Compression::kNone); });
+  const hvl::Stats after = hvl::stats();
+  // What the latency loop took on this rank: cycles per op, and how many ops went eagerly (one round).
+  const double lat_ops = lat_iters + 50;
+  const double lat_cycles = static_cast<double>(after.cycles - before.cycles) / lat_ops;
+  const double lat_eager = static_cast<double>(after.eager_allreduces - before.eager_allreduces) / lat_ops;
 
   if (rank == 0) {
     const double bus = size > 1 ? 2.0 * (size - 1) / size : 1.0;
@@ -197,8 +203,9 @@ int main(int argc, char** argv) {
           resnet.size(), resnet_total * 4 / 1e6, resnet_mpi * 1e3, resnet_hvl * 1e3, resnet_hvl / resnet_mpi,
           resnet_hvl_fp16 * 1e3);
     }
-    std::printf("latency 4 KiB: MPI_Allreduce %.1f us; horovodlite %.1f us (+%.1f us)\n", lat_mpi * 1e6, lat_hvl * 1e6,
-                (lat_hvl - lat_mpi) * 1e6);
+    std::printf("latency 4 KiB: MPI_Allreduce %.1f us; horovodlite %.1f us (+%.1f us); rank 0: %.2f cycles per op, "
+                "%.0f %% eager\n",
+                lat_mpi * 1e6, lat_hvl * 1e6, (lat_hvl - lat_mpi) * 1e6, lat_cycles, 100 * lat_eager);
     const std::string csv = args["csv"].as<std::string>();
     if (!csv.empty()) {
       std::ofstream f(csv);
