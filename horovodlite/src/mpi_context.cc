@@ -197,12 +197,14 @@ Status MpiContext::agree_eager_message_bytes() {
   if (local_size_ < size_) limits.push_back("btl_tcp_eager_limit");
   int64_t bytes = INT64_MAX;
   for (const char* name : limits) {
-    const int64_t limit = mpi_control_variable(name);  // includes Open MPI's headers: keep 64 bytes for them
-    bytes = std::min(bytes, limit > 128 ? (limit - 64) / 8 * 8 : 0);
+    // 0: not this MPI's, or the transport is not loaded here (a host with one
+    // rank has no shared-memory peers). The limit includes Open MPI's headers:
+    // keep 64 bytes for them.
+    const int64_t limit = mpi_control_variable(name);
+    if (limit > 128) bytes = std::min(bytes, (limit - 64) / 8 * 8);
   }
-  // 0 (unknown) on any rank: 0 everywhere.
   HVL_MPI_CHECK_AS(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_INT64_T, MPI_MIN, comm_), "MPI_Allreduce (eager limit)");
-  eager_message_bytes_ = bytes;
+  eager_message_bytes_ = bytes == INT64_MAX ? 0 : bytes;  // no limit known anywhere: 0
   return Status::OK();
 }
 
