@@ -203,9 +203,10 @@ int main(int argc, char** argv) {
           resnet.size(), resnet_total * 4 / 1e6, resnet_mpi * 1e3, resnet_hvl * 1e3, resnet_hvl / resnet_mpi,
           resnet_hvl_fp16 * 1e3);
     }
-    std::printf("latency 4 KiB: MPI_Allreduce %.1f us; horovodlite %.1f us (+%.1f us); rank 0: %.2f cycles per op, "
-                "%.0f %% eager\n",
-                lat_mpi * 1e6, lat_hvl * 1e6, (lat_hvl - lat_mpi) * 1e6, lat_cycles, 100 * lat_eager);
+    std::printf(
+        "latency 4 KiB: MPI_Allreduce %.1f us; horovodlite %.1f us (+%.1f us); rank 0: %.2f cycles per op, "
+        "%.0f %% eager\n",
+        lat_mpi * 1e6, lat_hvl * 1e6, (lat_hvl - lat_mpi) * 1e6, lat_cycles, 100 * lat_eager);
     const std::string csv = args["csv"].as<std::string>();
     if (!csv.empty()) {
       std::ofstream f(csv);
