@@ -71,9 +71,6 @@ int ring_waitall(int n, MPI_Request* r) {
 int ring_waitany(int n, MPI_Request* r, int* which) {
   return poll_then_sleep([n, r, which](int* done) { return MPI_Testany(n, r, which, done, MPI_STATUS_IGNORE); });
 }
-}  // namespace
-
-namespace {
 
 inline int mod(int a, int p) { return ((a % p) + p) % p; }
 
