@@ -142,6 +142,20 @@ Status Config::from_env(Config* out) {
       *field = hierarchical ? Hierarchical::kOn : Hierarchical::kOff;
     }
   }
+  HVL_RETURN_IF_ERROR(read_bool("AUTOTUNE", &c.autotune));
+  read_string("AUTOTUNE_LOG", &c.autotune_log);
+  HVL_RETURN_IF_ERROR(read_int("AUTOTUNE_WARMUP_SAMPLES", 0, 1000, &c.autotune_warmup_samples));
+  HVL_RETURN_IF_ERROR(read_int("AUTOTUNE_STEPS_PER_SAMPLE", 1, 100000, &c.autotune_steps_per_sample));
+  HVL_RETURN_IF_ERROR(read_int("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1, 1000, &c.autotune_bayes_opt_max_samples));
+  HVL_RETURN_IF_ERROR(read_double("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 1e-9, 1e3, &c.autotune_gaussian_process_noise));
+  {
+    std::string var;
+    c.user_set.fusion_threshold = lookup("FUSION_THRESHOLD", &var) != nullptr;
+    c.user_set.cycle_time = lookup("CYCLE_TIME", &var) != nullptr;
+    c.user_set.eager_allreduce_bytes = lookup("EAGER_ALLREDUCE_BYTES", &var) != nullptr;
+    c.user_set.hierarchical_allreduce = c.hierarchical_allreduce != Hierarchical::kAuto;
+    c.user_set.hierarchical_allgather = c.hierarchical_allgather != Hierarchical::kAuto;
+  }
   {
     std::string var;
     if (const char* v = lookup("GPU_OPERATIONS", &var)) {
