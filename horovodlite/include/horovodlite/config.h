@@ -91,6 +91,10 @@ struct Config {
   int64_t autotune_steps_per_sample = 10;        // AUTOTUNE_STEPS_PER_SAMPLE
   int64_t autotune_bayes_opt_max_samples = 20;   // AUTOTUNE_BAYES_OPT_MAX_SAMPLES
   double autotune_gaussian_process_noise = 0.8;  // AUTOTUNE_GAUSSIAN_PROCESS_NOISE
+  // AUTOTUNE_START: "NAME=VALUE,..." with NAME among FUSION_THRESHOLD,
+  // CYCLE_TIME, EAGER_ALLREDUCE_BYTES: where the tuning starts (its first
+  // samples), while still tuning them (benchmarks start from a poor setting).
+  std::string autotune_start;
   // Which tunable variables the user set (kept as they are).
   struct UserSet {
     bool fusion_threshold = false, cycle_time = false, eager_allreduce_bytes = false;
