@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -82,7 +83,7 @@ struct SyntheticJob {
 };
 
 // Runs the autotuner on every "rank" of a job in lock step: the same steps,
-// rank 0's clock; the words each rank encodes are ANDed as the vote does.
+// rank 0's clock; the words each rank encodes are reduced by min as the vote does.
 struct Job {
   Job(const Options& options, const Params& initial, int ranks) {
     for (int r = 0; r < ranks; ++r) tuners.emplace_back(new Autotuner(options, initial, r == 0));
@@ -91,13 +92,13 @@ struct Job {
   // One cycle: the vote (carrying parameters when pending), then one step's tensors.
   void cycle() {
     if (tuners[0]->pending_broadcast()) {
-      uint64_t agreed[Autotuner::kWords];
-      for (auto& w : agreed) w = ~uint64_t{0};
+      int64_t agreed[Autotuner::kWords];
+      for (auto& w : agreed) w = std::numeric_limits<int64_t>::max();
       for (auto& t : tuners) {
         ASSERT_TRUE(t->pending_broadcast());
-        uint64_t words[Autotuner::kWords];
+        int64_t words[Autotuner::kWords];
         t->encode(words);
-        for (size_t i = 0; i < Autotuner::kWords; ++i) agreed[i] &= words[i];
+        for (size_t i = 0; i < Autotuner::kWords; ++i) agreed[i] = std::min(agreed[i], words[i]);
       }
       std::vector<Params> seen;
       for (auto& t : tuners) {

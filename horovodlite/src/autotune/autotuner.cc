@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "logging.h"
 
@@ -91,22 +92,23 @@ std::vector<double> Autotuner::to_point(const Params& p) const {
   return x;
 }
 
-void Autotuner::encode(uint64_t* words) const {
+void Autotuner::encode(int64_t* words) const {
   if (!coordinator_) {
-    for (size_t i = 0; i < kWords; ++i) words[i] = ~uint64_t{0};
+    for (size_t i = 0; i < kWords; ++i) words[i] = std::numeric_limits<int64_t>::max();
     return;
   }
-  words[0] = static_cast<uint64_t>(next_.fusion_threshold_bytes);
-  words[1] = double_bits(next_.cycle_time_ms);
-  words[2] = static_cast<uint64_t>(next_.eager_allreduce_bytes);
-  words[3] = (next_.hierarchical_allreduce ? 1u : 0u) | (next_.hierarchical_allgather ? 2u : 0u);
+  // A positive double's bits are a positive int64 (sign bit clear).
+  words[0] = std::max<int64_t>(0, next_.fusion_threshold_bytes);
+  words[1] = static_cast<int64_t>(double_bits(std::max(next_.cycle_time_ms, 0.0)));
+  words[2] = std::max<int64_t>(0, next_.eager_allreduce_bytes);
+  words[3] = (next_.hierarchical_allreduce ? 1 : 0) | (next_.hierarchical_allgather ? 2 : 0);
 }
 
-void Autotuner::decode(const uint64_t* words, Params* out) {
+void Autotuner::decode(const int64_t* words, Params* out) {
   Params p;
-  p.fusion_threshold_bytes = static_cast<int64_t>(words[0]);
-  p.cycle_time_ms = bits_double(words[1]);
-  p.eager_allreduce_bytes = static_cast<int64_t>(words[2]);
+  p.fusion_threshold_bytes = words[0];
+  p.cycle_time_ms = bits_double(static_cast<uint64_t>(words[1]));
+  p.eager_allreduce_bytes = words[2];
   p.hierarchical_allreduce = (words[3] & 1u) != 0;
   p.hierarchical_allgather = (words[3] & 2u) != 0;
   current_ = p;

@@ -16,9 +16,9 @@
 //
 // How every rank applies the same parameters at the same cycle: when a sample
 // ends (the same cycle everywhere), rank 0 picks the next parameters; the next
-// cycle's vote (the negotiation's bitwise-AND allreduce) carries them: rank 0
-// writes the encoded parameters into kWords extra words, every other rank all
-// ones, so the AND leaves rank 0's words on every rank; each rank applies them
+// cycle's vote (the negotiation's allreduce) carries them in a data slot of
+// kWords int64 words reduced by min: rank 0 writes the encoded parameters (all
+// >= 0), every other rank INT64_MAX, so every rank gets rank 0's; each applies them
 // right after that vote (`pending_broadcast()` says which cycles carry them).
 //
 // Parameters the user set by hand (their variable is in the environment) are
@@ -90,10 +90,11 @@ class Autotuner {
   bool active() const { return active_; }
   // Whether the next vote carries new parameters (the same answer on every rank).
   bool pending_broadcast() const { return pending_; }
-  // Rank 0 fills the words with the parameters to apply; others with all ones.
-  void encode(uint64_t* words) const;
+  // Rank 0 fills the words with the parameters to apply (each >= 0); others
+  // with INT64_MAX, so that an element-wise min over the ranks leaves rank 0's.
+  void encode(int64_t* words) const;
   // After the vote: the agreed parameters (*out); clears pending_broadcast().
-  void decode(const uint64_t* words, Params* out);
+  void decode(const int64_t* words, Params* out);
 
   // After running a cycle's responses: the name and bytes of each tensor
   // reduced, in the order run (the same on every rank).
