@@ -23,7 +23,7 @@ import sys
 
 from horovodlite import __version__
 from horovodlite.runner import hosts as hosts_util
-from horovodlite.runner import reachability
+from horovodlite.runner import mpi_flags, reachability
 from horovodlite.runner.testbed import Testbed, TestbedError
 
 LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
@@ -279,7 +279,7 @@ def mpirun_base(args, np, testbed=None):
     cmd = (testbed.mpirun_prefix() if testbed else []) + [args.mpirun, "-np", str(np)]
     # Ranks may outnumber cores (tests, small machines): no pinning, and idle
     # ranks yield the CPU instead of spinning in MPI progress loops.
-    cmd += ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+    cmd += mpi_flags.JOB_FLAGS
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd += ["--allow-run-as-root"]
     if testbed:
@@ -304,10 +304,9 @@ def component_exclusions(args, testbed=None):
         given |= {key for key, _ in testbed.mca}
     given |= {name[len("OMPI_MCA_"):] for name in os.environ if name.startswith("OMPI_MCA_")}
     out = []
-    if "btl" not in given:
-        out += ["--mca", "btl", "^openib,ofi"]
-    if "mtl" not in given:
-        out += ["--mca", "mtl", "^ofi"]
+    for key, value in mpi_flags.exclusion_pairs():
+        if key not in given:
+            out += ["--mca", key, value]
     return out
 
 
