@@ -27,8 +27,9 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "train_bench_worker.py")
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
-MPIRUN_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
-                "--mca", "btl", "^openib,ofi", "--mca", "mtl", "^ofi"]
+from horovodlite.runner.mpi_flags import EXCLUSIONS, JOB_FLAGS  # noqa: E402  (the one place they are written)
+
+MPIRUN_FLAGS = JOB_FLAGS + EXCLUSIONS
 
 HAND_TUNED = [
     ("default 1 ms, 128 MiB", {"HOROVODLITE_CYCLE_TIME": "1", "HOROVODLITE_FUSION_THRESHOLD": str(128 << 20)}),
