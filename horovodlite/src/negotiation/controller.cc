@@ -1,12 +1,13 @@
-#include "controller.h"
+#include "negotiation/controller.h"
 
 #include <algorithm>
 #include <unordered_set>
 
 #include "kernels/reduce.h"
 #include "logging.h"
+#include "ops/fusion.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
 Controller::Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
                        LocalLookup local, SetIdentity identity)
@@ -16,8 +17,8 @@ Controller::Controller(const Communicator& comm, const Config& config, Timeline&
       timeline_(timeline),
       watchdog_(watchdog),
       local_(std::move(local)),
-      coordinator_(comm.rank == 0 ? std::make_unique<Coordinator>(comm.size, identity_.global_ranks, identity_.where)
-                                  : nullptr),
+      readiness_(comm.rank == 0 ? std::make_unique<ReadinessTable>(comm.size, identity_.global_ranks, identity_.where)
+                                : nullptr),
       exchange_(comm.host_ordered != MPI_COMM_NULL ? comm.host_ordered : comm.comm, comm.eager_message_bytes),
       cache_(static_cast<size_t>(config.cache_capacity)),
       votes_(static_cast<size_t>(config.cache_capacity), comm.size),
@@ -26,7 +27,7 @@ Controller::Controller(const Communicator& comm, const Config& config, Timeline&
 Status Controller::compute_responses(Input input, Output* out) {
   const Clock::time_point now = Clock::now();
   accept(std::move(input.requests), now);
-  if (coordinator_) inspect_stalls(now);
+  if (readiness_) inspect_stalls(now);
 
   vote(input, now);
   watchdog_.enter("negotiation (bit-vector allreduce)");
@@ -35,7 +36,7 @@ Status Controller::compute_responses(Input input, Output* out) {
   if (!s.ok()) return Status::Aborted("horovodlite lost contact with other ranks: " + s.message());
 
   out->responses = take_cache_hits();
-  if (votes_.test(CacheCoordinator::kUncachedInQueue) || votes_.test(CacheCoordinator::kJoined)) {
+  if (votes_.test(CycleVote::kUncachedInQueue) || votes_.test(CycleVote::kJoined)) {
     ++negotiations_;
     std::vector<Response> negotiated;
     watchdog_.enter("negotiation (gather/broadcast of requests)");
@@ -59,7 +60,7 @@ Status Controller::compute_responses(Input input, Output* out) {
   for (const Response& r : out->responses)
     if (r.type == OpType::kJoin) joined_ = false;  // runs this cycle
   out->responses = fuse_responses(out->responses, config_.fusion_threshold_bytes, config_.disable_group_fusion);
-  out->shutdown = votes_.test(CacheCoordinator::kShouldShutDown);
+  out->shutdown = votes_.test(CycleVote::kShouldShutDown);
   if (out->shutdown) {
     out->shutdown_ranks = votes_.shutdown_ranks();
     out->exiting_ranks = votes_.exiting_ranks();
@@ -118,7 +119,7 @@ void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
 void Controller::plan_eager() {
   eager_.clear();
   if (config_.eager_allreduce_bytes <= 0 || !local_input_ || hits_last_.empty() || hits_last_ != hits_before_) return;
-  std::vector<CacheCoordinator::Slot> slots;
+  std::vector<CycleVote::Slot> slots;
   int64_t bytes = 0;
   for (uint32_t pos : hits_last_) {
     if (!cache_.occupied(pos)) return;
@@ -129,7 +130,7 @@ void Controller::plan_eager() {
     }
     bytes += r.tensor_sizes[0] * static_cast<int64_t>(dtype_size(r.dtype));
     if (bytes > config_.eager_allreduce_bytes) return;
-    slots.push_back(CacheCoordinator::Slot{r.tensor_sizes[0], r.dtype, r.reduce_op});
+    slots.push_back(CycleVote::Slot{r.tensor_sizes[0], r.dtype, r.reduce_op});
   }
   votes_.set_slots(slots);
   eager_ = hits_last_;
@@ -191,8 +192,8 @@ void Controller::vote(const Input& input, Clock::time_point now) {
   }
   if (input.shutdown || stall_shutdown_) votes_.record_shutdown(comm_.rank);
   if (input.exiting) votes_.record_exiting(comm_.rank);
-  if (!uncached_.empty() || !stall_failures_.empty()) votes_.set(CacheCoordinator::kUncachedInQueue);
-  if (joined_) votes_.set(CacheCoordinator::kJoined);
+  if (!uncached_.empty() || !stall_failures_.empty()) votes_.set(CycleVote::kUncachedInQueue);
+  if (joined_) votes_.set(CycleVote::kJoined);
 }
 
 void Controller::vote_groups(std::vector<Waiting>* grouped, Clock::time_point now) {
@@ -230,7 +231,7 @@ std::vector<Response> Controller::take_cache_hits() {
   std::vector<Response> hits;
   hits_before_.swap(hits_last_);
   hits_last_.clear();
-  if (votes_.test(CacheCoordinator::kJoined)) {
+  if (votes_.test(CycleVote::kJoined)) {
     // A joined rank cannot set hit bits: send everything through the coordinator.
     for (Waiting& w : pending_cached_) uncached_.push_back(std::move(w.request));
     pending_cached_.clear();
@@ -276,11 +277,11 @@ void Controller::inspect_stalls(Clock::time_point now) {
     Clock::time_point t;
     return local_(name, nullptr, &t) ? t : Clock::time_point::max();
   };
-  StallInspector::Report report = stall_.check(coordinator_->pending(), local_since, now, identity_.where);
+  StallInspector::Report report = stall_.check(readiness_->pending(), local_since, now, identity_.where);
   if (!report.warning.empty()) HVL_LOG(kWarning, report.warning);
   for (Response& r : report.failures) {
     HVL_LOG(kError, r.error_message);
-    coordinator_->drop(r.names[0]);
+    readiness_->drop(r.names[0]);
     stall_failures_.push_back(std::move(r));
     // This cycle carries the errors to every rank and then shuts down everywhere.
     stall_shutdown_ = true;
@@ -335,9 +336,9 @@ Status Controller::negotiate(std::vector<Response>* out) {
         const Clock::time_point t = Clock::now();
         for (const Request& q : requests) mark_ready(q, r, t);
       }
-      coordinator_->add(r, requests);
+      readiness_->add(r, requests);
     }
-    std::vector<Response> ready = coordinator_->take_ready();
+    std::vector<Response> ready = readiness_->take_ready();
     if (!stall_failures_.empty()) {
       ready.insert(ready.end(), stall_failures_.begin(), stall_failures_.end());
       stall_failures_.clear();
@@ -354,4 +355,4 @@ Status Controller::negotiate(std::vector<Response>* out) {
   return decode_responses(reinterpret_cast<const uint8_t*>(send_buf_.data()), send_buf_.size(), out);
 }
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation
