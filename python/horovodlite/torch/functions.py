@@ -12,7 +12,8 @@ except ImportError:  # pragma: no cover - depends on the installation
     import pickle as _pickle
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
-from horovodlite.torch.mpi_ops import _check_root, allgather, broadcast_, broadcast_async_, rank, synchronize
+from horovodlite.torch._checks import check_root
+from horovodlite.torch.mpi_ops import allgather, broadcast_, broadcast_async_, rank, synchronize
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
@@ -30,7 +31,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         params = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
         raise ValueError("invalid params of type: %s" % type(params))
-    _check_root(root_rank, "broadcast_parameters")
+    check_root(root_rank, "broadcast_parameters")
     for name, p in params:
         if not isinstance(p, torch.Tensor):
             raise TypeError("broadcast_parameters: %s is a %s, not a torch.Tensor" % (name, type(p).__name__))
@@ -120,7 +121,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     _ps_id(process_set, "broadcast_optimizer_state")
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    _check_root(root_rank, "broadcast_optimizer_state")
+    check_root(root_rank, "broadcast_optimizer_state")
     if model is not None and not isinstance(model, torch.nn.Module):
         raise TypeError("broadcast_optimizer_state: model must be a torch.nn.Module or None, got %s"
                         % type(model).__name__)
@@ -178,7 +179,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         name: names the underlying broadcasts (default: the object's type name).
     """
     _ps_id(process_set, "broadcast_object")
-    _check_root(root_rank, "broadcast_object")
+    check_root(root_rank, "broadcast_object")
     if name is None:
         name = type(obj).__name__
     if rank() == root_rank:

@@ -35,8 +35,8 @@ from contextlib import contextmanager
 import torch
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
-from horovodlite.torch import _C
 from horovodlite.torch._compat import backward_pass_key, register_grad_ready_hook
+from horovodlite.torch._enqueue import enqueue_allreduce
 from horovodlite.torch._sparse_grads import SparseGradients
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
@@ -104,7 +104,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.sparse_as_dense = sparse_as_dense
         self._sparse = SparseGradients()  # parameters whose gradients every rank knows to be sparse
         self.process_set = process_set
-        self._psid = _ps_id(process_set, "DistributedOptimizer")
 
         self._handles = {}          # parameter (or group tuple) -> _Pending, or None until sent
         self._grad_hooks = []      # keep the gradient-ready hooks registered
@@ -208,11 +207,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 return self._sparse_allreduce_grad_async(p, name)
             tensor = tensor.to_dense()  # a copy: reduced in place, added to p.grad at synchronize()
         pre, post = self._scale_factors()
-        fp16_wire = self._compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64)
-        if self._compression is Compression.none or fp16_wire:
+        if self._compression is Compression.none or (self._compression is Compression.fp16
+                                                     and tensor.dtype in (torch.float32, torch.float64)):
             # In place (Horovod's allreduce_async_); fp16: converted inside the
             # core while packing for the wire and back while unpacking, no copy here.
-            handle = _C.allreduce_async(tensor, name, self.op, pre, post, True, fp16_wire, None, self._psid)
+            handle = enqueue_allreduce(tensor, name=name, op=self.op, process_set=self.process_set,
+                                       prescale_factor=pre, postscale_factor=post, in_place=True,
+                                       compression=self._compression, what="DistributedOptimizer")
             return _Pending(handle, _IN_PLACE)
         compressed, ctx = self._compression.compress(tensor)
         handle = allreduce_async(compressed, name=name, op=self.op, prescale_factor=pre,
