@@ -55,20 +55,25 @@ def _local_step(optimizer):
 def _init_state_locally(optimizer):
     """Creates the state of an optimizer that has none with a step on zero
     gradients (as Horovod does), without collectives and without changing the
-    parameters or their gradients."""
+    parameters. As in Horovod, every parameter that requires grad is left with
+    the zero gradient of that step in ``.grad`` (programs read it, e.g. to
+    broadcast it); a step that raises leaves the gradients as they were."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     saved = [(p, p.grad, p.detach().clone()) for p in params]
+    ok = False
     try:
         for p in params:
             p.grad = torch.zeros_like(p)
             if isinstance(optimizer, torch.optim.SparseAdam):
                 p.grad = p.grad.to_sparse()
         _local_step(optimizer)
+        ok = True
     finally:
         with torch.no_grad():
             for p, grad, data in saved:
                 p.copy_(data)
-                p.grad = grad
+                if not ok:
+                    p.grad = grad
 
 
 def _describe_state(optimizer):
@@ -109,7 +114,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     An optimizer without state (a fresh one, e.g. on the ranks that did not load
     a checkpoint) first gets it by a local step on zero gradients, as in
     Horovod; this step never allreduces (also for a DistributedOptimizer) and
-    leaves the parameters and their gradients as they were.
+    leaves the parameters as they were; as in Horovod, each parameter that
+    requires grad then holds that step's zero gradient in ``.grad``.
     torch.optim.LBFGS is not supported.
 
     Arguments:

@@ -6,7 +6,8 @@ broadcast, reducescatter) returns the core handle itself (``_C.Handle``, which
 caches its result): no Python object per tensor, nothing for the cyclic
 garbage collector to track (issue 19: 200 tensors per round made it run every
 few rounds). Operations with several parts or a finishing function return a
-``_Handle``.
+``_Handle``, which can also be called (``handle()``) to wait for the result, as
+the function Horovod's ``sparse_allreduce_async`` returns.
 """
 
 from horovodlite.torch import _C
@@ -25,6 +26,10 @@ class _Handle:
         self._finish = finish
         self._done = False
         self._result = None
+
+    def __call__(self):
+        """Waits for the operation and returns its result (as synchronize(self))."""
+        return synchronize(self)
 
     def __repr__(self):
         return "<horovodlite handle %s>" % ", ".join(p.name for p in self._parts)

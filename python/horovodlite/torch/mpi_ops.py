@@ -408,11 +408,17 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 def join(device=-1):
     """This rank has no more data. Until every rank has joined, the others'
     allreduces proceed with this rank contributing zeros. Blocks until all
-    ranks have joined and returns the rank that joined last."""
+    ranks have joined and returns the rank that joined last.
+
+    ``device``: as in Horovod, -1 or a GPU id (programs pass
+    ``hvd.local_rank()``). Horovod allocates the joined rank's zero tensors on
+    that GPU; horovodlite's core writes the zeros into its own (fusion or
+    staging) buffer, so the id is accepted and needs no GPU: it works on a
+    CPU-only job too."""
     if isinstance(device, bool) or not isinstance(device, int):
         raise TypeError("join: device must be an int, got %s" % type(device).__name__)
-    if device >= 0:
-        raise NotImplementedError("join: only CPU (device=-1) is supported")
+    if device < -1:
+        raise ValueError("join: device must be -1 (CPU) or a device id >= 0, got %d" % device)
     handle = _C.join_async()
     handle.synchronize()
     return handle.last_joined_rank()

@@ -131,7 +131,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._p_to_group = {}
         self._group_counts = {}
 
-        if size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1":
+        # As Horovod: on a rank outside the process set no hooks are registered
+        # and the optimizer acts as the wrapped one (synchronize() does nothing).
+        if process_set.included() is not False and (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"):
             self._register_hooks()
 
     @staticmethod
@@ -162,8 +164,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._groups is not None:
             p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
             # The same parameter order on every rank: rank 0's.
-            names = broadcast_object([self._parameter_names.get(p) for p in p_list], root_rank=0,
-                                     name="DistributedOptimizer.groups")
+            # (Among the optimizer's process set, from its lowest rank.)
+            root = 0 if self.process_set is global_process_set else min(self.process_set.ranks)
+            names = broadcast_object([self._parameter_names.get(p) for p in p_list], root_rank=root,
+                                     name="DistributedOptimizer.groups", process_set=self.process_set)
             p_list = sorted(p_list, key=lambda p: names.index(self._parameter_names.get(p)))
             if isinstance(self._groups, list):
                 p_groups = []
@@ -308,7 +312,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient allreduce, starting those whose hooks did not
         run (unused parameters get zero gradients, so every rank issues the
-        same names). Call before step() to inspect or clip gradients."""
+        same names). Call before step() to inspect or clip gradients. On a rank
+        outside the optimizer's process set it does nothing (as Horovod)."""
+        if self.process_set.included() is False:
+            self._synchronized = True
+            return
         completed = set()
         for x in self._handles.keys():
             completed.update(x) if isinstance(x, tuple) else completed.add(x)
