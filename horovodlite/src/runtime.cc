@@ -536,7 +536,7 @@ void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point rea
   if (r.type == OpType::kError) ++counters_.errors;
   if (r.type == OpType::kJoin && entries[0]) entries[0]->handle->set_last_joined_rank(r.last_joined_rank);
   const Status& s = result.status;
-  if (!s.ok() && r.type != OpType::kError)
+  if (!s.ok() && r.type != OpType::kError && !result.reported)
     HVL_LOG(kWarning, "collective on '" << r.names[0] << "' failed: " << s.message());
 
   // Remove the entries before completing them, so that a waiter may reuse the name at once.
