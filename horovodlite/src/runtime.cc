@@ -316,7 +316,7 @@ void Runtime::account(const Response& r, const OpResult& result) {
   ++counters_.responses_executed;
   if (r.names.size() > 1) counters_.fused_tensors += r.names.size();
   if (r.type == OpType::kError) ++counters_.errors;
-  if (!result.status.ok() && r.type != OpType::kError)
+  if (!result.status.ok() && r.type != OpType::kError && !result.reported)
     HVL_LOG(kWarning, "collective on '" << r.names[0] << "' failed: " << result.status.message());
 }
 
