@@ -248,7 +248,8 @@ def _splits_list(tensor, splits, what, n=None):
 
 
 def _alltoall_finish(parts, outputs):
-    received = torch.tensor(parts[0].received_splits(), dtype=torch.int32)
+    # On the output's device, as Horovod returns them (a CUDA tensor's on its GPU).
+    received = torch.tensor(parts[0].received_splits(), dtype=torch.int32, device=outputs[0].device)
     return outputs[0], received
 
 
