@@ -69,7 +69,7 @@ class Adasum {
 
   // Bytes per point-to-point message (the exchange is split so that the dot
   // products of one piece are computed while the next is in flight).
-  static constexpr int64_t kSegmentBytes = 1 << 20;
+  static constexpr int64_t kSegmentBytes = 256 << 10;
 
  private:
   MPI_Comm comm_;
