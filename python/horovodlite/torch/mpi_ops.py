@@ -15,7 +15,7 @@ from horovodlite.torch import _C
 from horovodlite.torch.basics import _OPS, Adasum, Average, Max, Min, Product, Sum, rank, size  # noqa: F401
 from horovodlite.torch.compression import Compression
 
-# Reduce ops accepted as they are (Adasum is refused by _check_op).
+# Reduce ops accepted at once (Adasum goes through _check_op).
 _PLAIN_OPS = frozenset(op for op in _OPS if op != Adasum)
 
 
@@ -154,8 +154,6 @@ def _resolve_op(op, average, what):
 def _check_op(op, what):
     if isinstance(op, bool) or not isinstance(op, int) or op not in _OPS:
         raise ValueError("%s: op must be one of hvd.Average, Sum, Min, Max, Product (got %r)" % (what, op))
-    if op == Adasum:
-        raise NotImplementedError("%s: the Adasum reduction is not supported by horovodlite" % what)
     return op
 
 
