@@ -84,11 +84,13 @@ std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& con
     host_allreduce.push_back(a.get());
     reg->add(OpType::kAllreduce, kHost, std::move(a));
   };
+  // Adasum responses (ops/adasum.h); enabled for no other op.
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<AdasumAllreduce>(mpi, fusion));
+
   reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
-  reg->add(OpType::kAllreduce, kHost, std::make_unique<AdasumAllreduce>(mpi, fusion));  // op Adasum
-  allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));              // several hosts, large messages
-  allreduce(std::make_unique<RingBackend>(mpi, config, fusion));                        // large messages
-  allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                               // everything else
+  allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));     // several hosts, large messages
+  allreduce(std::make_unique<RingBackend>(mpi, config, fusion));               // large messages
+  allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                      // everything else
   reg->add(OpType::kAllgather, kHost, std::make_unique<HierarchicalAllgather>(mpi, config, fusion));  // several hosts
   reg->add(OpType::kAllgather, kHost, std::make_unique<MpiAllgather>(mpi, fusion));
   reg->add(OpType::kBroadcast, kHost, std::make_unique<MpiBroadcast>(mpi));
