@@ -45,10 +45,10 @@
 #include <memory>
 #include <vector>
 
-#include "fusion_buffer.h"
 #include "horovodlite/common.h"
 #include "mpi_context.h"
 #include "ops/algorithm.h"
+#include "ops/fusion.h"
 
 namespace horovodlite {
 
