@@ -21,8 +21,8 @@
 #include <nccl.h>
 
 #include "cuda/device_context.h"
-#include "cuda/host_staged_adasum.h"
 #include "cuda/host_staged.h"
+#include "cuda/host_staged_adasum.h"
 #include "cuda/host_staged_allreduce.h"
 #include "cuda/nccl_allgather.h"
 #include "cuda/nccl_allreduce.h"
@@ -84,8 +84,10 @@ std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& con
     host_allreduce.push_back(a.get());
     reg->add(OpType::kAllreduce, kHost, std::move(a));
   };
+  // Adasum responses (ops/adasum.h); enabled for no other op.
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<AdasumAllreduce>(mpi, fusion));
+
   reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
-  reg->add(OpType::kAllreduce, kHost, std::make_unique<AdasumAllreduce>(mpi, fusion));  // op Adasum
   allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));     // several hosts, large messages
   allreduce(std::make_unique<RingBackend>(mpi, config, fusion));               // large messages
   allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                      // everything else

@@ -9,11 +9,11 @@
 #include <mutex>
 
 #include "algorithms.h"
-#include "ops/adasum.h"
 #include "horovodlite/horovodlite.h"
 #include "job_failure.h"
 #include "logging.h"
 #include "op_util.h"
+#include "ops/adasum.h"
 #include "runtime.h"
 
 namespace horovodlite {
@@ -146,8 +146,8 @@ Status check_adasum(const std::string& name, DataType dtype, const ProcessSet& p
   if (set.member && !is_power_of_two(set.size())) {
     const std::string where =
         process_set.id() == 0 ? "the world size is " : "process set " + std::to_string(process_set.id()) + " has ";
-    return Status::InvalidArgument("tensor '" + name + "': Adasum needs a power-of-two number of ranks, but " +
-                                   where + std::to_string(set.size()) + " (on rank " + std::to_string(current()->mpi().rank()) +
+    return Status::InvalidArgument("tensor '" + name + "': Adasum needs a power-of-two number of ranks, but " + where +
+                                   std::to_string(set.size()) + " (on rank " + std::to_string(current()->mpi().rank()) +
                                    ")");
   }
   return Status::OK();

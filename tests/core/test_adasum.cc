@@ -131,7 +131,8 @@ TEST(Adasum, FusedTensorsAreCombinedEachWithItsOwnDotProducts) {
       for (int r = 0; r < p; ++r) all.push_back(input_of(r, static_cast<int>(t), sizes[t], d, scales[t]));
       want.push_back(reference(all));
       bufs.push_back(std::make_unique<Buffer>(d, Shape{sizes[t]}));
-      for (int64_t i = 0; i < sizes[t]; ++i) bufs.back()->set(i, static_cast<double>(all[static_cast<size_t>(rank())][i]));
+      for (int64_t i = 0; i < sizes[t]; ++i)
+        bufs.back()->set(i, static_cast<double>(all[static_cast<size_t>(rank())][i]));
       views.push_back(bufs.back()->view());
       names.push_back(std::string("adasum.fused.") + dtype_name(d) + "." + std::to_string(t));
     }

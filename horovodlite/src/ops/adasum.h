@@ -45,10 +45,10 @@
 #include <memory>
 #include <vector>
 
-#include "ops/fusion.h"
 #include "horovodlite/common.h"
 #include "mpi_context.h"
 #include "ops/algorithm.h"
+#include "ops/fusion.h"
 
 namespace horovodlite {
 
@@ -69,7 +69,7 @@ class Adasum {
 
   // Bytes per point-to-point message (the exchange is split so that the dot
   // products of one piece are computed while the next is in flight).
-  static constexpr int64_t kSegmentBytes = 1 << 20;
+  static constexpr int64_t kSegmentBytes = 256 << 10;
 
  private:
   MPI_Comm comm_;
