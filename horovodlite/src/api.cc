@@ -14,7 +14,6 @@
 #include "logging.h"
 #include "op_util.h"
 #include "runtime.h"
-#include "stall_inspector.h"
 
 namespace horovodlite {
 
@@ -69,7 +68,7 @@ HandlePtr failed(const std::string& name, Status s) {
 std::string auto_name(const std::string& name, const char* op, const ProcessSet& set) {
   if (!name.empty()) return name;
   auto rt = current();
-  const uint64_t n = rt ? rt->next_serial(set.id(), false) : g_noname.fetch_add(1);
+  const uint64_t n = rt ? rt->process_sets().next_serial(set.id(), false) : g_noname.fetch_add(1);
   return std::string(op) + ".noname." + std::to_string(n);
 }
 
@@ -84,7 +83,7 @@ struct SetView {
 SetView view_of(const ProcessSet& set) {
   SetView v;
   auto rt = current();
-  if (rt && rt->set_info(set.id(), &v.ranks, &v.rank)) v.member = v.rank >= 0;
+  if (rt && rt->process_sets().set_info(set.id(), &v.ranks, &v.rank)) v.member = v.rank >= 0;
   return v;
 }
 
@@ -240,7 +239,7 @@ Status add_process_set(const std::vector<int>& ranks, ProcessSet* out) {
   auto id = std::make_shared<int32_t>(-1);
   Runtime* r = rt.get();
   HVL_RETURN_IF_ERROR(run_set_change(rt, "horovodlite.process_set.add." + std::to_string(g_set_changes.fetch_add(1)),
-                                     [r, ranks, id] { return r->register_set(ranks, id.get()); }));
+                                     [r, ranks, id] { return r->process_sets().register_set(ranks, id.get()); }));
   if (out) *out = ProcessSet(*id);
   return Status::OK();
 }
@@ -252,14 +251,14 @@ Status remove_process_set(const ProcessSet& set) {
   Runtime* r = rt.get();
   const int32_t id = set.id();
   return run_set_change(rt, "horovodlite.process_set.remove." + std::to_string(g_set_changes.fetch_add(1)),
-                        [r, id] { return r->unregister_set(id); });
+                        [r, id] { return r->process_sets().unregister_set(id); });
 }
 
 std::vector<ProcessSet> process_sets() {
   std::vector<ProcessSet> out;
   auto rt = current();
   if (!rt) return out;
-  for (int32_t id : rt->set_ids()) out.emplace_back(id);
+  for (int32_t id : rt->process_sets().set_ids()) out.emplace_back(id);
   return out;
 }
 
@@ -268,21 +267,21 @@ bool ProcessSet::included() const { return rank() >= 0; }
 int ProcessSet::rank() const {
   auto rt = current();
   int r = -1;
-  if (!rt || !rt->set_info(id_, nullptr, &r)) return -1;
+  if (!rt || !rt->process_sets().set_info(id_, nullptr, &r)) return -1;
   return r;
 }
 
 int ProcessSet::size() const {
   auto rt = current();
   std::vector<int> ranks;
-  if (!rt || !rt->set_info(id_, &ranks, nullptr)) return -1;
+  if (!rt || !rt->process_sets().set_info(id_, &ranks, nullptr)) return -1;
   return static_cast<int>(ranks.size());
 }
 
 std::vector<int> ProcessSet::ranks() const {
   auto rt = current();
   std::vector<int> ranks;
-  if (rt) rt->set_info(id_, &ranks, nullptr);
+  if (rt) rt->process_sets().set_info(id_, &ranks, nullptr);
   return ranks;
 }
 
@@ -645,7 +644,7 @@ HandlePtr barrier_async(const BarrierOptions& options) {
   none.dtype = DataType::kUInt8;
   none.shape = {0};
   auto rt = current();
-  const uint64_t n = rt ? rt->next_serial(options.process_set.id(), true) : 0;
+  const uint64_t n = rt ? rt->process_sets().next_serial(options.process_set.id(), true) : 0;
   return submit(make_entry(OpType::kBarrier, "horovodlite.barrier." + std::to_string(n), none), options.process_set);
 }
 

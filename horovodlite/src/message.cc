@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 
 namespace horovodlite {
 
@@ -285,6 +286,17 @@ Status decode_responses(const uint8_t* data, size_t size, std::vector<Response>*
   }
   if (r.remaining() != 0) return Status::InvalidArgument("malformed message: trailing bytes after response list");
   return Status::OK();
+}
+
+// std::string only (no iostreams, no locale): it builds the shutdown message,
+// which must not depend on the C++ runtime's static state (issue 29).
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ranks[i]);
+  }
+  return s;
 }
 
 }  // namespace horovodlite

@@ -1,23 +1,25 @@
-#include "controller.h"
+#include "negotiation/controller.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_set>
 
 #include "kernels/reduce.h"
 #include "logging.h"
+#include "ops/fusion.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
 Controller::Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
-                       LocalLookup local, SetIdentity identity)
+                       const LocalOps& local, SetIdentity identity)
     : comm_(comm),
       identity_(std::move(identity)),
       config_(config),
       timeline_(timeline),
       watchdog_(watchdog),
-      local_(std::move(local)),
-      coordinator_(comm.rank == 0 ? std::make_unique<Coordinator>(comm.size, identity_.global_ranks, identity_.where)
-                                  : nullptr),
+      local_(local),
+      readiness_(comm.rank == 0 ? std::make_unique<ReadinessTable>(comm.size, identity_.global_ranks, identity_.where)
+                                : nullptr),
       exchange_(comm.host_ordered != MPI_COMM_NULL ? comm.host_ordered : comm.comm, comm.eager_message_bytes),
       cache_(static_cast<size_t>(config.cache_capacity)),
       votes_(static_cast<size_t>(config.cache_capacity), comm.size),
@@ -26,7 +28,7 @@ Controller::Controller(const Communicator& comm, const Config& config, Timeline&
 Status Controller::compute_responses(Input input, Output* out) {
   const Clock::time_point now = Clock::now();
   accept(std::move(input.requests), now);
-  if (coordinator_) inspect_stalls(now);
+  if (readiness_) inspect_stalls(now);
 
   vote(input, now);
   watchdog_.enter("negotiation (bit-vector allreduce)");
@@ -34,8 +36,12 @@ Status Controller::compute_responses(Input input, Output* out) {
   watchdog_.leave();
   if (!s.ok()) return Status::Aborted("horovodlite lost contact with other ranks: " + s.message());
 
+  if (!input.tuning.empty()) {
+    const auto* agreed = static_cast<const int64_t*>(votes_.slot_result(eager_.size()));
+    out->tuning.assign(agreed, agreed + input.tuning.size());
+  }
   out->responses = take_cache_hits();
-  if (votes_.test(CacheCoordinator::kUncachedInQueue) || votes_.test(CacheCoordinator::kJoined)) {
+  if (votes_.test(CycleVote::kUncachedInQueue) || votes_.test(CycleVote::kJoined)) {
     ++negotiations_;
     std::vector<Response> negotiated;
     watchdog_.enter("negotiation (gather/broadcast of requests)");
@@ -59,7 +65,7 @@ Status Controller::compute_responses(Input input, Output* out) {
   for (const Response& r : out->responses)
     if (r.type == OpType::kJoin) joined_ = false;  // runs this cycle
   out->responses = fuse_responses(out->responses, config_.fusion_threshold_bytes, config_.disable_group_fusion);
-  out->shutdown = votes_.test(CacheCoordinator::kShouldShutDown);
+  out->shutdown = votes_.test(CycleVote::kShouldShutDown);
   if (out->shutdown) {
     out->shutdown_ranks = votes_.shutdown_ranks();
     out->exiting_ranks = votes_.exiting_ranks();
@@ -115,30 +121,32 @@ void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
   }
 }
 
-void Controller::plan_eager() {
+std::vector<CycleVote::Slot> Controller::plan_eager() {
   eager_.clear();
-  if (config_.eager_allreduce_bytes <= 0 || !local_input_ || hits_last_.empty() || hits_last_ != hits_before_) return;
-  std::vector<CacheCoordinator::Slot> slots;
+  std::vector<CycleVote::Slot> slots;
+  if (config_.eager_allreduce_bytes <= 0 || hits_last_.empty() || hits_last_ != hits_before_) {
+    return slots;
+  }
   int64_t bytes = 0;
   for (uint32_t pos : hits_last_) {
-    if (!cache_.occupied(pos)) return;
+    if (!cache_.occupied(pos)) return {};
     const Response& r = cache_.peek(pos);
     if (r.type != OpType::kAllreduce || r.device != kCpuDevice || r.compression != Compression::kNone ||
         r.group_id != 0 || r.reduce_op == ReduceOp::kAdasum || r.tensor_sizes.size() != 1) {
-      return;
+      return {};
     }
     bytes += r.tensor_sizes[0] * static_cast<int64_t>(dtype_size(r.dtype));
-    if (bytes > config_.eager_allreduce_bytes) return;
-    slots.push_back(CacheCoordinator::Slot{r.tensor_sizes[0], r.dtype, r.reduce_op});
+    if (bytes > config_.eager_allreduce_bytes) return {};
+    slots.push_back(CycleVote::Slot{r.tensor_sizes[0], r.dtype, r.reduce_op});
   }
-  votes_.set_slots(slots);
   eager_ = hits_last_;
+  return slots;
 }
 
 void Controller::write_eager(const Request& q, uint32_t pos) {
   const auto it = std::lower_bound(eager_.begin(), eager_.end(), pos);
   if (it == eager_.end() || *it != pos) return;
-  const void* input = local_input_(q.name);
+  const void* input = local_.host_input(q.name);
   if (input == nullptr) {  // (cannot happen for a pending host op) no data: not a result anywhere
     votes_.record_invalid(pos);
     return;
@@ -151,7 +159,15 @@ void Controller::write_eager(const Request& q, uint32_t pos) {
 
 void Controller::vote(const Input& input, Clock::time_point now) {
   votes_.reset();
-  plan_eager();
+  std::vector<CycleVote::Slot> slots = plan_eager();
+  // The autotuner's words ride as one more slot, reduced by min.
+  if (!input.tuning.empty()) {
+    slots.push_back(CycleVote::Slot{static_cast<int64_t>(input.tuning.size()), DataType::kInt64, ReduceOp::kMin});
+  }
+  if (!slots.empty()) votes_.set_slots(slots);
+  if (!input.tuning.empty()) {
+    std::memcpy(votes_.slot_data(slots.size() - 1), input.tuning.data(), input.tuning.size() * sizeof(int64_t));
+  }
   std::vector<Waiting> still, grouped;
   for (Waiting& w : pending_cached_) {
     if (w.request.group_id != 0) {
@@ -191,8 +207,8 @@ void Controller::vote(const Input& input, Clock::time_point now) {
   }
   if (input.shutdown || stall_shutdown_) votes_.record_shutdown(comm_.rank);
   if (input.exiting) votes_.record_exiting(comm_.rank);
-  if (!uncached_.empty() || !stall_failures_.empty()) votes_.set(CacheCoordinator::kUncachedInQueue);
-  if (joined_) votes_.set(CacheCoordinator::kJoined);
+  if (!uncached_.empty() || !stall_failures_.empty()) votes_.set(CycleVote::kUncachedInQueue);
+  if (joined_) votes_.set(CycleVote::kJoined);
 }
 
 void Controller::vote_groups(std::vector<Waiting>* grouped, Clock::time_point now) {
@@ -230,7 +246,7 @@ std::vector<Response> Controller::take_cache_hits() {
   std::vector<Response> hits;
   hits_before_.swap(hits_last_);
   hits_last_.clear();
-  if (votes_.test(CacheCoordinator::kJoined)) {
+  if (votes_.test(CycleVote::kJoined)) {
     // A joined rank cannot set hit bits: send everything through the coordinator.
     for (Waiting& w : pending_cached_) uncached_.push_back(std::move(w.request));
     pending_cached_.clear();
@@ -274,13 +290,13 @@ void Controller::inspect_stalls(Clock::time_point now) {
   if (!stall_.due(now)) return;
   auto local_since = [this](const std::string& name) {
     Clock::time_point t;
-    return local_(name, nullptr, &t) ? t : Clock::time_point::max();
+    return local_.find(name, nullptr, &t) ? t : Clock::time_point::max();
   };
-  StallInspector::Report report = stall_.check(coordinator_->pending(), local_since, now, identity_.where);
+  StallInspector::Report report = stall_.check(readiness_->pending(), local_since, now, identity_.where);
   if (!report.warning.empty()) HVL_LOG(kWarning, report.warning);
   for (Response& r : report.failures) {
     HVL_LOG(kError, r.error_message);
-    coordinator_->drop(r.names[0]);
+    readiness_->drop(r.names[0]);
     stall_failures_.push_back(std::move(r));
     // This cycle carries the errors to every rank and then shuts down everywhere.
     stall_shutdown_ = true;
@@ -292,7 +308,7 @@ void Controller::cache_negotiated(const std::vector<Response>& negotiated) {
   Request request;
   for (const Response& r : negotiated) {
     if (!ResponseCache::cacheable(r.type)) continue;
-    const bool mine = local_(r.names[0], &request, nullptr);
+    const bool mine = local_.find(r.names[0], &request, nullptr);
     cache_.put(r, mine ? &request : nullptr);
   }
 }
@@ -335,9 +351,9 @@ Status Controller::negotiate(std::vector<Response>* out) {
         const Clock::time_point t = Clock::now();
         for (const Request& q : requests) mark_ready(q, r, t);
       }
-      coordinator_->add(r, requests);
+      readiness_->add(r, requests);
     }
-    std::vector<Response> ready = coordinator_->take_ready();
+    std::vector<Response> ready = readiness_->take_ready();
     if (!stall_failures_.empty()) {
       ready.insert(ready.end(), stall_failures_.begin(), stall_failures_.end());
       stall_failures_.clear();
@@ -354,4 +370,26 @@ Status Controller::negotiate(std::vector<Response>* out) {
   return decode_responses(reinterpret_cast<const uint8_t*>(send_buf_.data()), send_buf_.size(), out);
 }
 
-}  // namespace horovodlite
+Status Controller::share_stall_reason(std::string* reason) {
+  MPI_Request req;
+  watchdog_.enter("shutdown (sharing the stall reason)");
+  struct Leave {
+    Watchdog& w;
+    ~Leave() { w.leave(); }
+  } leave{watchdog_};
+  int from = reason->empty() ? comm_.size : comm_.rank;  // the lowest rank that knows one sends it
+  HVL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &from, 1, MPI_INT, MPI_MIN, comm_.comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallreduce"));
+  if (from == comm_.size) return Status::OK();  // not a stall
+  int64_t len = static_cast<int64_t>(reason->size());
+  HVL_MPI_CHECK(MPI_Ibcast(&len, 1, MPI_INT64_T, from, comm_.comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  std::string shared = *reason;
+  shared.resize(static_cast<size_t>(len));
+  HVL_MPI_CHECK(MPI_Ibcast(shared.data(), static_cast<int>(len), MPI_CHAR, from, comm_.comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  if (reason->empty()) *reason = std::move(shared);
+  return Status::OK();
+}
+
+}  // namespace horovodlite::negotiation

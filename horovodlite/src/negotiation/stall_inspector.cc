@@ -1,10 +1,10 @@
-#include "stall_inspector.h"
+#include "negotiation/stall_inspector.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
 namespace {
 
@@ -19,17 +19,6 @@ std::string fmt_seconds(StallInspector::Clock::duration d) {
 }
 
 }  // namespace
-
-// std::string only (no iostreams, no locale): it builds the shutdown message,
-// which must not depend on the C++ runtime's static state (issue 29).
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(ranks[i]);
-  }
-  return s;
-}
 
 StallInspector::StallInspector(const Config& config)
     : enabled_(!config.stall_check_disable),
@@ -52,7 +41,7 @@ bool StallInspector::due(Clock::time_point now) {
   return true;
 }
 
-StallInspector::Report StallInspector::check(const std::vector<Coordinator::PendingInfo>& pending,
+StallInspector::Report StallInspector::check(const std::vector<ReadinessTable::PendingInfo>& pending,
                                              const std::function<Clock::time_point(const std::string&)>& local_since,
                                              Clock::time_point now, const std::string& where) {
   Report report;
@@ -92,4 +81,4 @@ StallInspector::Report StallInspector::check(const std::vector<Coordinator::Pend
   return report;
 }
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

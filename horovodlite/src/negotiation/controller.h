@@ -4,7 +4,7 @@
 //   1. Requests drained from the runtime's queue are sorted: names the response
 //      cache knows wait for a cache hit; the others (and join/barrier) go to full
 //      negotiation.
-//   2. One bit-vector allreduce (CacheCoordinator) agrees on the cycle: shutdown,
+//   2. One bit-vector allreduce (CycleVote) agrees on the cycle: shutdown,
 //      whether anyone needs full negotiation, whether a rank has joined, and which
 //      cached names every rank has pending (hits) or some rank saw change (invalid).
 //      A group (Request::group_id) takes the cache path only when all its members
@@ -12,7 +12,7 @@
 //      hit on every rank. Otherwise the group goes to full negotiation, marking
 //      its cached positions invalid so that every rank sends it there too.
 //   3. If needed, full negotiation: every rank's requests are gathered to rank 0,
-//      whose Coordinator declares names ready (or errors); the response list is
+//      whose ReadinessTable declares names ready (or errors); the response list is
 //      broadcast, and its responses enter the cache, in the same order everywhere.
 //   4. Cache hits and negotiated responses are fused (fusion threshold).
 // Eager allreduces (EAGER_ALLREDUCE_BYTES): when the last two cycles agreed on
@@ -41,28 +41,39 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cache_coordinator.h"
-#include "coordinator.h"
 #include "horovodlite/config.h"
 #include "message.h"
 #include "mpi_context.h"
+#include "negotiation/cycle_vote.h"
+#include "negotiation/readiness_table.h"
+#include "negotiation/response_cache.h"
+#include "negotiation/stall_inspector.h"
 #include "recursive_doubling.h"
-#include "response_cache.h"
-#include "stall_inspector.h"
 #include "timeline.h"
 #include "watchdog.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
+
+// This rank's own ops in flight on the controller's communicator, as the
+// controller reads them: the owner's table (the runtime's ProcessSetTable), which
+// is safe to read from the background thread while other threads enqueue. The
+// controller takes no lock of its owner's and calls nothing else of it.
+class LocalOps {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~LocalOps() = default;
+  // This rank's request for `name` (copied to *request when not null) and when it
+  // was enqueued (*enqueued when not null); false if this rank has none (it joined).
+  virtual bool find(const std::string& name, Request* request, Clock::time_point* enqueued) const = 0;
+  // This rank's input data for the host op `name` in flight; nullptr if none or
+  // on a device. Valid until the op leaves the table, which happens only on the
+  // background thread (the controller's).
+  virtual const void* host_input(const std::string& name) const = 0;
+};
 
 class Controller {
  public:
   using Clock = std::chrono::steady_clock;
-  // What the controller asks its owner about this rank's own ops in flight: this
-  // rank's request for `name` (copied to *request when not null) and when it was
-  // enqueued (*enqueued when not null); false if this rank has none (it joined).
-  using LocalLookup = std::function<bool(const std::string& name, Request* request, Clock::time_point* enqueued)>;
-  // This rank's input data for the host op `name` in flight; nullptr if none.
-  using LocalInput = std::function<const void*(const std::string& name)>;
 
   // Which process set a controller negotiates for, as messages and the timeline
   // show it. Default: the global set.
@@ -72,15 +83,20 @@ class Controller {
     std::string timeline_prefix;    // the set's timeline rows: prefix + name ("process_set_2/")
   };
 
-  // Negotiates on `comm` (which it does not own); `timeline` and `watchdog`
-  // outlive it. Not collective: nothing is exchanged before the first cycle.
-  Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog, LocalLookup local,
-             SetIdentity identity = {});
+  // Negotiates on `comm` (which it does not own); `timeline`, `watchdog` and
+  // `local` (this rank's ops in flight) outlive it. Not collective: nothing is
+  // exchanged before the first cycle.
+  Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
+             const LocalOps& local, SetIdentity identity = {});
 
   struct Input {
     std::vector<Request> requests;  // drained from the queue since the last cycle
     bool shutdown = false;          // this rank asks every rank to stop
     bool exiting = false;           // ... because its process exits without shutdown()
+    // The autotuner's parameter words this rank adds to the vote (rank 0: the
+    // parameters to apply; others: INT64_MAX, so the vote's min leaves rank 0's
+    // words); empty: none this cycle. Every rank gives the same count.
+    std::vector<int64_t> tuning;
   };
   struct Output {
     // Fused, and the same list in the same order on every rank.
@@ -89,14 +105,18 @@ class Controller {
     bool shutdown = false;
     std::vector<int> shutdown_ranks;
     std::vector<int> exiting_ranks;
+    // The agreed tuning words (rank 0's), when Input::tuning was given.
+    std::vector<int64_t> tuning;
   };
   // One cycle: collective over the communicator. An error (kAborted) means
   // contact with the other ranks was lost; the controller is then unusable.
   Status compute_responses(Input input, Output* out);
   // Forgets every pending request (the runtime has stopped).
   void clear();
-  // Enables eager allreduces (EAGER_ALLREDUCE_BYTES > 0): how to read inputs.
-  void set_local_input(LocalInput input) { local_input_ = std::move(input); }
+  // At a global shutdown (collective over the communicator): the stall reason
+  // that some ranks know (*reason not empty: members of a process set that
+  // failed a stall) goes to every rank; *reason is left as it is where set.
+  Status share_stall_reason(std::string* reason);
 
   uint64_t negotiations() const { return negotiations_; }
   uint64_t cache_hits() const { return cache_hits_; }
@@ -128,7 +148,8 @@ class Controller {
   void vote_groups(std::vector<Waiting>* grouped, Clock::time_point now);
   // The cycle's eager positions (from the hits of the last two cycles) and their
   // slots in the vote; empty when the prediction does not apply.
-  void plan_eager();
+  // Returns the eager slots of the vote (empty: none).
+  std::vector<CycleVote::Slot> plan_eager();
   // This rank votes a hit for `request` at `pos`: its data goes into the slot.
   void write_eager(const Request& request, uint32_t pos);
 
@@ -137,11 +158,11 @@ class Controller {
   const Config& config_;
   Timeline& timeline_;
   Watchdog& watchdog_;
-  LocalLookup local_;
-  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
-  RecursiveDoubling exchange_;                // the vote's allreduce
+  const LocalOps& local_;
+  std::unique_ptr<ReadinessTable> readiness_;  // rank 0 only
+  RecursiveDoubling exchange_;                 // the vote's allreduce
   ResponseCache cache_;
-  CacheCoordinator votes_;
+  CycleVote votes_;
   StallInspector stall_;
 
   std::vector<Waiting> pending_cached_;   // waiting for every rank's cache hit
@@ -153,7 +174,6 @@ class Controller {
   // still to come. Their members go to full negotiation (rank 0 holds them).
   std::unordered_map<uint64_t, int32_t> partial_groups_;
   std::string send_buf_, recv_buf_;
-  LocalInput local_input_;
   // The cache positions agreed as hits in the last cycle and the one before (sorted).
   std::vector<uint32_t> hits_last_, hits_before_;
   std::vector<uint32_t> eager_;  // this cycle's eager positions; slot i is eager_[i]
@@ -162,4 +182,4 @@ class Controller {
   std::atomic<uint64_t> negotiations_{0}, cache_hits_{0}, tensors_negotiated_{0}, eager_allreduces_{0};
 };
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation
