@@ -4,6 +4,7 @@
 // its own file pair, and one line here (docs/architecture.md).
 #include "algorithms.h"
 
+#include "ops/adasum.h"
 #include "ops/fusion.h"
 #include "ops/hierarchical_allgather.h"
 #include "ops/hierarchical_allreduce.h"
@@ -20,6 +21,7 @@
 #include <nccl.h>
 
 #include "cuda/device_context.h"
+#include "cuda/host_staged_adasum.h"
 #include "cuda/host_staged.h"
 #include "cuda/host_staged_allreduce.h"
 #include "cuda/nccl_allgather.h"
@@ -52,6 +54,7 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
     return Status::Internal("no host allreduce accepts this buffer");
   };
   const bool nccl = config.gpu_operations == Config::GpuOperations::kNccl;
+  reg.add(OpType::kAllreduce, kDevice, std::make_unique<cuda::HostStagedAdasum>(ctx, on_host));  // op Adasum
   if (nccl && config.hierarchical_allreduce == Config::Hierarchical::kOn) {
     reg.add(OpType::kAllreduce, kDevice, std::make_unique<cuda::NcclHierarchicalAllreduce>(ctx, mpi));  // multi-node
   }
@@ -82,6 +85,7 @@ std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& con
     reg->add(OpType::kAllreduce, kHost, std::move(a));
   };
   reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<AdasumAllreduce>(mpi, fusion));  // op Adasum
   allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));     // several hosts, large messages
   allreduce(std::make_unique<RingBackend>(mpi, config, fusion));               // large messages
   allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                      // everything else
