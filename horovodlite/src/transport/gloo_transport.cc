@@ -268,5 +268,17 @@ Status connect_gloo_http(const GlooOptions& options, const std::string& host, in
   return connect_gloo(options, make_http_store(host, port, scope, options.timeout), out);
 }
 
+Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
+  const Config::GlooJob& g = config.gloo;
+  GlooOptions options;
+  options.rank = static_cast<int>(g.rank);
+  options.size = static_cast<int>(g.size);
+  options.hostname = g.hostname;
+  options.iface = g.iface;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(g.timeout_s * 1000));
+  options.prefix = "hvl";
+  return connect_gloo_http(options, g.rendezvous_addr, static_cast<int>(g.rendezvous_port), "global", out);
+}
+
 }  // namespace transport
 }  // namespace horovodlite

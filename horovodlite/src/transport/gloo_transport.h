@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "horovodlite/config.h"
 #include "transport/transport.h"
 
 namespace gloo {
@@ -42,6 +43,10 @@ Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous
 // The same through the launcher's HTTP store at host:port, keys under `scope`.
 Status connect_gloo_http(const GlooOptions& options, const std::string& host, int port, const std::string& scope,
                          ContextPtr* out);
+
+// A Gloo job's world from its configuration (Config::gloo: the contract's
+// HOROVOD_RANK/SIZE/HOSTNAME/GLOO_* variables), keys under scope "global".
+Status connect_gloo_from_config(const Config& config, ContextPtr* out);
 
 // gloo::rendezvous::Store over the HTTP key-value store (http_store.h).
 std::shared_ptr<gloo::rendezvous::Store> make_http_store(const std::string& host, int port, const std::string& scope,
