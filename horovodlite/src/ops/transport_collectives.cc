@@ -38,7 +38,7 @@ Status check_sizes(const transport::Context& ctx, size_t n, const char* what) {
 
 }  // namespace
 
-Status broadcast(transport::Context& ctx, void* buf, size_t bytes, int root) {
+Status broadcast(transport::Context& ctx, void* buf, size_t bytes, int root, const transport::Backoff& backoff) {
   const int p = ctx.size();
   if (root < 0 || root >= p) {
     return Status::InvalidArgument("broadcast: root " + std::to_string(root) + " outside [0, " + std::to_string(p) +
@@ -53,7 +53,7 @@ Status broadcast(transport::Context& ctx, void* buf, size_t bytes, int root) {
     if (rel & mask) {
       transport::RequestPtr r;
       HVL_RETURN_IF_ERROR(ctx.irecv(buf, bytes, mod(rel - mask + root, p), kBroadcastTag, &r));
-      HVL_RETURN_IF_ERROR(r->wait());
+      HVL_RETURN_IF_ERROR(r->wait(transport::kNoTimeout, backoff));
       break;
     }
     mask <<= 1;
@@ -65,7 +65,7 @@ Status broadcast(transport::Context& ctx, void* buf, size_t bytes, int root) {
       HVL_RETURN_IF_ERROR(ctx.isend(buf, bytes, mod(rel + mask + root, p), kBroadcastTag, &sends.back()));
     }
   }
-  return transport::wait_all(&sends);
+  return transport::wait_all(&sends, transport::kNoTimeout, backoff);
 }
 
 Status allgatherv(transport::Context& ctx, const void* in, void* out, const std::vector<size_t>& bytes) {

@@ -19,7 +19,9 @@ namespace transport_ops {
 constexpr int kTagBase = 8192;
 
 // `bytes` bytes from `root` to every rank (a binomial tree).
-Status broadcast(transport::Context& ctx, void* buf, size_t bytes, int root);
+// `backoff`: how its waits poll (kControlBackoff for the negotiation's messages).
+Status broadcast(transport::Context& ctx, void* buf, size_t bytes, int root,
+                 const transport::Backoff& backoff = transport::kStreamBackoff);
 
 // Rank r contributes bytes[r] bytes from `in`; `out` receives every rank's
 // block in rank order (a ring: size - 1 steps). `in` may alias out's own block.
