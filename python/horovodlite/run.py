@@ -1,17 +1,22 @@
-"""horovodlite-run: launch a horovodlite job through mpirun, with horovodrun's flags.
+"""horovodlite-run: launch a horovodlite job through mpirun or, with --gloo (or
+where mpirun is missing), without it; horovodrun's flags.
 
     horovodlite-run -np 4 python3 train.py --epochs 3
     horovodlite-run -np 8 -H host1:4,host2:4 --fusion-threshold-mb 32 ./train
     horovodlite-run -np 8 --hostfile hosts.txt -p 2222 --network-interface eth0 python3 train.py
     horovodlite-run --check-build
     python3 -m horovodlite.run -np 2 python3 script.py
+    horovodlite-run --gloo -np 4 -H host1:2,host2:2 --network-interface eth0 python3 train.py
 
 Flags have horovodrun 0.28's names and meanings; each becomes a HOROVODLITE_*
 variable that mpirun exports to every rank, or an mpirun argument (the table is
 in docs/python.md). horovodrun flags that horovodlite cannot honour, and unknown
 flags, are errors. Before starting ranks on other hosts, each one is checked
 (through the launch agent: ssh by default) within --start-timeout. The job's
-exit code is forwarded (128 + N when mpirun dies of signal N).
+exit code is forwarded (128 + N when mpirun dies of signal N). A Gloo job
+(runner/gloo_run.py) serves the rendezvous KV store itself and starts the ranks
+with the Gloo-launch contract's HOROVOD_* variables; its exit code is the first
+failing rank's, and the other ranks are ended when one fails.
 """
 
 import argparse
@@ -38,7 +43,6 @@ _UNSUPPORTED = {
     "--autotune-steps-per-sample": "horovodlite has no autotuner yet",
     "--autotune-bayes-opt-max-samples": "horovodlite has no autotuner yet",
     "--autotune-gaussian-process-noise": "horovodlite has no autotuner yet",
-    "--gloo": "horovodlite runs on MPI only",
     "--jsrun": "horovodlite launches with mpirun only",
     "--min-np": "elastic training is not supported",
     "--min-num-proc": "elastic training is not supported",
@@ -53,7 +57,6 @@ _UNSUPPORTED = {
     "--mpi-threads-disable": "horovodlite always asks MPI for MPI_THREAD_MULTIPLE",
     "--num-nccl-streams": "horovodlite uses one NCCL stream",
     "--thread-affinity": "horovodlite does not pin its background thread",
-    "--gloo-timeout-seconds": "horovodlite runs on MPI only",
 }
 
 
@@ -125,14 +128,23 @@ def make_parser():
                              "(default: $HOROVOD_START_TIMEOUT or %d)" % DEFAULT_START_TIMEOUT_S)
     parser.add_argument("--network-interface", "--network-interfaces", dest="nics", action="append", default=None,
                         help="network interface(s) (comma-separated, or the flag repeated) for MPI's TCP "
-                             "traffic: btl_tcp_if_include and oob_tcp_if_include")
+                             "traffic (btl_tcp_if_include and oob_tcp_if_include); in a Gloo job the first one is "
+                             "the ranks' HOROVOD_GLOO_IFACE")
     parser.add_argument("--output-filename", default=None,
                         help="mpirun --output-filename: each rank's output under this directory")
     parser.add_argument("--verbose", action="store_true",
                         help="print the mpirun command and the host checks; debug logging unless --log-level")
     parser.add_argument("--mpirun", default=os.environ.get("HOROVODLITE_MPIRUN", "mpirun"),
                         help="the mpirun to use (default: $HOROVODLITE_MPIRUN or mpirun)")
-    parser.add_argument("--mpi", action="store_true", help="accepted: MPI is horovodlite's only controller")
+    controller = parser.add_mutually_exclusive_group()
+    controller.add_argument("--mpi", dest="use_mpi", action="store_true",
+                            help="launch with mpirun (the default where mpirun is found)")
+    controller.add_argument("--gloo", dest="use_gloo", action="store_true",
+                            help="launch without mpirun: ranks started directly or through ssh, Gloo rendezvous "
+                                 "through the launcher (the default where mpirun is missing)")
+    parser.add_argument("--gloo-timeout-seconds", type=_positive_int, default=None,
+                        help="Gloo job: seconds within which the ranks must meet at the rendezvous and connect "
+                             "(HOROVOD_GLOO_TIMEOUT_SECONDS; default 30)")
 
     ssh = parser.add_argument_group("SSH arguments")
     ssh.add_argument("-p", "--ssh-port", type=_port, default=None, help="SSH port on all the hosts")
@@ -187,7 +199,7 @@ def make_parser():
 
     unsupported = parser.add_argument_group("horovodrun arguments that are errors here")
     for flag in sorted(_UNSUPPORTED):
-        nargs = 0 if flag in ("--autotune", "--gloo", "--jsrun", "--mpi-threads-disable") else "?"
+        nargs = 0 if flag in ("--autotune", "--jsrun", "--mpi-threads-disable") else "?"
         unsupported.add_argument(flag, action=_Unsupported, nargs=nargs, help=argparse.SUPPRESS)
 
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
@@ -364,7 +376,67 @@ def _fail(message, code=1):
     return code
 
 
+def wants_gloo(args):
+    """--gloo, or neither --gloo nor --mpi and no mpirun to be found."""
+    if args.use_gloo:
+        return True
+    return not args.use_mpi and shutil.which(args.mpirun) is None
+
+
+def gloo_main(parser, args, argv):
+    from horovodlite.runner import gloo_run
+
+    if args.mpi_args:
+        parser.error("--mpi-args has no meaning in a Gloo job (no mpirun)")
+    try:
+        hosts = host_list(args)
+        testbed = Testbed(args.hosts_netns) if args.hosts_netns else None
+        start_timeout(args)
+    except (hosts_util.HostsError, TestbedError, ValueError) as e:
+        parser.error(str(e))
+    if testbed and not hosts:
+        parser.error("--hosts-netns %s needs -H or --hostfile with the testbed's hosts (%s)" % (
+            testbed.name, ", ".join(testbed.hosts)))
+    if hosts is None:
+        hosts = [("localhost", args.np)]
+    if sum(slots for _, slots in hosts) < args.np:
+        parser.error("-np %d is more than the %d slots of the hosts given" % (
+            args.np, sum(slots for _, slots in hosts)))
+    if testbed and os.environ.get("HVL_LAUNCH_NS") != testbed.launch_ns:
+        # The rendezvous server must be reachable from the simulated hosts: the
+        # launcher itself runs in the testbed's launch namespace.
+        env = dict(os.environ, HVL_LAUNCH_NS=testbed.launch_ns)
+        cmd = testbed.mpirun_prefix() + [sys.executable, "-m", "horovodlite.run"] + list(argv)
+        if args.verbose:
+            print("horovodlite-run: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+        try:
+            rc = subprocess.call(cmd, env=env)
+        except KeyboardInterrupt:
+            return 130
+        return 128 - rc if rc < 0 else rc
+
+    is_local = (lambda name: False) if testbed else hosts_util.is_local
+    remote = [name for name, _ in hosts if not is_local(name)]
+    agent = None
+    if remote:
+        problem = check_hosts(args, hosts, testbed)
+        if problem:
+            return _fail(problem)
+        agent = reachability.launch_agent([], testbed.agent if testbed else None)
+    nics = interfaces(args)
+    try:
+        return gloo_run.launch_gloo(
+            args.command, hosts, args.np, job_environment(args),
+            iface=nics.split(",")[0] if nics else None, timeout_s=args.gloo_timeout_seconds,
+            agent=agent, ssh_args=ssh_args(args),
+            output_dir=os.path.abspath(args.output_filename) if args.output_filename else None,
+            verbose=args.verbose, is_local=is_local)
+    except (RuntimeError, ValueError) as e:
+        return _fail(str(e))
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -376,8 +448,12 @@ def main(argv=None):
         return check_build(mpirun_base(args, 1))
     if not args.command:
         parser.error("no command to run")
+    if wants_gloo(args):
+        return gloo_main(parser, args, argv)
     if shutil.which(args.mpirun) is None:
         parser.error("cannot find '%s' (install Open MPI or pass --mpirun)" % args.mpirun)
+    if args.gloo_timeout_seconds is not None:
+        parser.error("--gloo-timeout-seconds is for Gloo jobs (--gloo)")
     try:
         hosts = host_list(args)
         testbed = Testbed(args.hosts_netns) if args.hosts_netns else None
