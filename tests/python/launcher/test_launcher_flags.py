@@ -102,7 +102,7 @@ def test_more_ranks_than_slots_is_an_error(tmp_path):
     (["--fusion-threshold"], "unrecognized arguments: --fusion-threshold"),  # no abbreviations
     (["--autotune"], "horovodrun's --autotune is not supported: horovodlite has no autotuner yet"),
     (["--autotune-log-file", "x.csv"], "--autotune-log-file is not supported"),
-    (["--gloo"], "--gloo is not supported: horovodlite runs on MPI only"),
+    (["--gloo", "--mpi"], "not allowed with argument"),
     (["--min-np", "2"], "--min-np is not supported: elastic training"),
     (["--log-level", "chatty"], "must be one of TRACE, DEBUG, INFO, WARNING, ERROR, FATAL"),
     (["-p", "0"], "must be a port number"),
