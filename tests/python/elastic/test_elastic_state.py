@@ -9,7 +9,6 @@ import time
 import horovodlite.torch as hvd
 import pytest
 import torch
-
 from horovodlite.common import elastic as common_elastic
 from horovodlite.runner.elastic.discovery import HostUpdateResult
 

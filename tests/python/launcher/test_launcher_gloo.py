@@ -11,10 +11,10 @@ import sys
 import time
 
 import pytest
+from horovodlite.runner import gloo_run
 from launch_util import clean_env
 
 from horovodlite import run
-from horovodlite.runner import gloo_run
 
 # A worker that checks its environment, exchanges a value with every other rank
 # through the KV store and writes what it saw to <outdir>/gloo.<rank>.json.
