@@ -1,6 +1,7 @@
 #include "controller.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_set>
 
 #include "kernels/reduce.h"
@@ -34,6 +35,10 @@ Status Controller::compute_responses(Input input, Output* out) {
   watchdog_.leave();
   if (!s.ok()) return Status::Aborted("horovodlite lost contact with other ranks: " + s.message());
 
+  if (!input.tuning.empty()) {
+    const auto* agreed = static_cast<const int64_t*>(votes_.slot_result(eager_.size()));
+    out->tuning.assign(agreed, agreed + input.tuning.size());
+  }
   out->responses = take_cache_hits();
   if (votes_.test(CacheCoordinator::kUncachedInQueue) || votes_.test(CacheCoordinator::kJoined)) {
     ++negotiations_;
@@ -115,24 +120,26 @@ void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
   }
 }
 
-void Controller::plan_eager() {
+std::vector<CacheCoordinator::Slot> Controller::plan_eager() {
   eager_.clear();
-  if (config_.eager_allreduce_bytes <= 0 || !local_input_ || hits_last_.empty() || hits_last_ != hits_before_) return;
   std::vector<CacheCoordinator::Slot> slots;
+  if (config_.eager_allreduce_bytes <= 0 || !local_input_ || hits_last_.empty() || hits_last_ != hits_before_) {
+    return slots;
+  }
   int64_t bytes = 0;
   for (uint32_t pos : hits_last_) {
-    if (!cache_.occupied(pos)) return;
+    if (!cache_.occupied(pos)) return {};
     const Response& r = cache_.peek(pos);
     if (r.type != OpType::kAllreduce || r.device != kCpuDevice || r.compression != Compression::kNone ||
         r.group_id != 0 || r.reduce_op == ReduceOp::kAdasum || r.tensor_sizes.size() != 1) {
-      return;
+      return {};
     }
     bytes += r.tensor_sizes[0] * static_cast<int64_t>(dtype_size(r.dtype));
-    if (bytes > config_.eager_allreduce_bytes) return;
+    if (bytes > config_.eager_allreduce_bytes) return {};
     slots.push_back(CacheCoordinator::Slot{r.tensor_sizes[0], r.dtype, r.reduce_op});
   }
-  votes_.set_slots(slots);
   eager_ = hits_last_;
+  return slots;
 }
 
 void Controller::write_eager(const Request& q, uint32_t pos) {
@@ -151,7 +158,16 @@ void Controller::write_eager(const Request& q, uint32_t pos) {
 
 void Controller::vote(const Input& input, Clock::time_point now) {
   votes_.reset();
-  plan_eager();
+  std::vector<CacheCoordinator::Slot> slots = plan_eager();
+  // The autotuner's words ride as one more slot, reduced by min.
+  if (!input.tuning.empty()) {
+    slots.push_back(
+        CacheCoordinator::Slot{static_cast<int64_t>(input.tuning.size()), DataType::kInt64, ReduceOp::kMin});
+  }
+  if (!slots.empty()) votes_.set_slots(slots);
+  if (!input.tuning.empty()) {
+    std::memcpy(votes_.slot_data(slots.size() - 1), input.tuning.data(), input.tuning.size() * sizeof(int64_t));
+  }
   std::vector<Waiting> still, grouped;
   for (Waiting& w : pending_cached_) {
     if (w.request.group_id != 0) {

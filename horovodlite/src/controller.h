@@ -81,6 +81,10 @@ class Controller {
     std::vector<Request> requests;  // drained from the queue since the last cycle
     bool shutdown = false;          // this rank asks every rank to stop
     bool exiting = false;           // ... because its process exits without shutdown()
+    // The autotuner's parameter words this rank adds to the vote (rank 0: the
+    // parameters to apply; others: INT64_MAX, so the vote's min leaves rank 0's
+    // words); empty: none this cycle. Every rank gives the same count.
+    std::vector<int64_t> tuning;
   };
   struct Output {
     // Fused, and the same list in the same order on every rank.
@@ -89,6 +93,8 @@ class Controller {
     bool shutdown = false;
     std::vector<int> shutdown_ranks;
     std::vector<int> exiting_ranks;
+    // The agreed tuning words (rank 0's), when Input::tuning was given.
+    std::vector<int64_t> tuning;
   };
   // One cycle: collective over the communicator. An error (kAborted) means
   // contact with the other ranks was lost; the controller is then unusable.
@@ -128,7 +134,8 @@ class Controller {
   void vote_groups(std::vector<Waiting>* grouped, Clock::time_point now);
   // The cycle's eager positions (from the hits of the last two cycles) and their
   // slots in the vote; empty when the prediction does not apply.
-  void plan_eager();
+  // Returns the eager slots of the vote (empty: none).
+  std::vector<CacheCoordinator::Slot> plan_eager();
   // This rank votes a hit for `request` at `pos`: its data goes into the slot.
   void write_eager(const Request& request, uint32_t pos);
 

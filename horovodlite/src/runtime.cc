@@ -76,6 +76,29 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   // Host names, so that the watchdog names the peer a ring waited for.
   HVL_RETURN_IF_ERROR(rt->watchdog_->learn_peers(rt->mpi_.comm()));
   rt->global_->controller = rt->make_controller(*rt->global_);
+  if (rt->config_.autotune) {
+    const Config& c = rt->config_;
+    autotune::Options o;
+    o.log_path = c.autotune_log;
+    o.warmup_samples = static_cast<int>(c.autotune_warmup_samples);
+    o.steps_per_sample = static_cast<int>(c.autotune_steps_per_sample);
+    o.max_samples = static_cast<int>(c.autotune_bayes_opt_max_samples);
+    o.gp_noise = c.autotune_gaussian_process_noise;
+    o.tune_fusion = !c.user_set.fusion_threshold;
+    o.tune_cycle_time = !c.user_set.cycle_time;
+    o.tune_eager = !c.user_set.eager_allreduce_bytes;
+    // The hierarchical switches are not tuned yet: their algorithms decide at set-up.
+    autotune::Params initial;
+    initial.fusion_threshold_bytes = c.fusion_threshold_bytes;
+    initial.cycle_time_ms = c.cycle_time_ms;
+    initial.eager_allreduce_bytes = c.eager_allreduce_bytes;
+    rt->tuner_ = std::make_unique<autotune::Autotuner>(o, initial, rt->mpi_.rank() == 0);
+    if (!rt->tuner_->active() && rt->mpi_.rank() == 0) {
+      HVL_LOG(kWarning,
+              "HOROVODLITE_AUTOTUNE=1: nothing to tune (FUSION_THRESHOLD, CYCLE_TIME and "
+              "EAGER_ALLREDUCE_BYTES are all set by hand)");
+    }
+  }
   // Static process sets: collective over every rank, before the thread starts.
   for (const std::vector<int>& ranks : options.process_sets) {
     int32_t id = 0;
@@ -347,8 +370,6 @@ void Runtime::loop() {
   // allreduce's latency.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 #endif
-  const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   auto last = std::chrono::steady_clock::now();
   // The next cycle starts at once when there is work: new requests, a shutdown,
   // or (after a cycle that took requests or ran responses) this rank's own ops
@@ -367,6 +388,9 @@ void Runtime::loop() {
   };
   while (true) {
     {
+      // (Read each time: the autotuner may change it.)
+      const auto cycle_time = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_until(lock, last + cycle_time, work);
     }
@@ -404,6 +428,11 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
     in.exiting = global && exiting_;
   }
   if (!in.requests.empty()) progressed_ = true;
+  const bool tuning = global && tuner_ && tuner_->pending_broadcast();
+  if (tuning) {
+    in.tuning.resize(autotune::Autotuner::kWords);
+    tuner_->encode(in.tuning.data());
+  }
   Controller::Output out;
   const Status s = set.controller->compute_responses(std::move(in), &out);
   if (!s.ok()) {
@@ -412,8 +441,25 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
     return false;
   }
   const Clock::time_point ready = Clock::now();
+  if (tuning && out.tuning.size() == autotune::Autotuner::kWords) {
+    autotune::Params p;
+    tuner_->decode(out.tuning.data(), &p);
+    apply_tuning(p);
+  }
   if (!out.responses.empty()) progressed_ = true;
   for (const Response& r : out.responses) run(set, r, ready);
+  if (global && tuner_ && tuner_->active() && !out.responses.empty()) {
+    // Every rank runs the same responses: the same names and bytes everywhere.
+    std::vector<std::pair<std::string, int64_t>> tensors;
+    for (const Response& r : out.responses) {
+      const bool reduced = r.type == OpType::kAllreduce && r.tensor_sizes.size() == r.names.size();
+      for (size_t i = 0; i < r.names.size(); ++i) {
+        const int64_t bytes = reduced ? r.tensor_sizes[i] * static_cast<int64_t>(dtype_size(r.dtype)) : 0;
+        tensors.emplace_back(r.names[i], bytes);
+      }
+    }
+    tuner_->record(tensors, Clock::now());
+  }
   if (out.shutdown) {
     if (global) {
       // A stall in a process set: its members know why; tell the other ranks too.
@@ -428,6 +474,14 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
     shutdown_requested_ = true;
   }
   return true;
+}
+
+void Runtime::apply_tuning(const autotune::Params& p) {
+  config_.fusion_threshold_bytes = p.fusion_threshold_bytes;
+  config_.cycle_time_ms = p.cycle_time_ms;
+  config_.eager_allreduce_bytes = p.eager_allreduce_bytes;
+  HVL_LOG(kDebug, "autotune: fusion threshold " << p.fusion_threshold_bytes << " B, cycle time " << p.cycle_time_ms
+                                                << " ms, eager allreduce " << p.eager_allreduce_bytes << " B");
 }
 
 std::string Runtime::shutdown_message(const std::vector<int>& requesters, const std::vector<int>& exiting) const {

@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "autotune/autotuner.h"
 #include "controller.h"
 #include "entry.h"
 #include "execution_observer.h"
@@ -150,6 +151,12 @@ class Runtime {
   Timeline timeline_;  // internally synchronised (start/stop from any thread)
   TimelineObserver observer_{timeline_};
   std::unique_ptr<Watchdog> watchdog_;
+  // HOROVODLITE_AUTOTUNE: tunes config_'s fusion threshold, cycle time and eager
+  // size between cycles (background thread; the same values at the same cycle on
+  // every rank: autotune/autotuner.h). Null when off.
+  std::unique_ptr<autotune::Autotuner> tuner_;
+  // The tuner's parameters go out with this cycle's vote; applied after it.
+  void apply_tuning(const autotune::Params& p);
 
   std::string stall_reason_;  // background thread: why a stall shutdown happens (every rank)
   // Background thread: the last cycle took new requests or ran responses (see loop()).

@@ -28,7 +28,7 @@ import sys
 
 from horovodlite import __version__
 from horovodlite.runner import hosts as hosts_util
-from horovodlite.runner import reachability
+from horovodlite.runner import mpi_flags, reachability
 from horovodlite.runner.testbed import Testbed, TestbedError
 
 LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
@@ -37,12 +37,6 @@ DEFAULT_START_TIMEOUT_S = 30
 # horovodrun flags that horovodlite-run recognises but cannot honour: a clear
 # error instead of "unrecognized arguments" (or, worse, silence).
 _UNSUPPORTED = {
-    "--autotune": "horovodlite has no autotuner yet; set --fusion-threshold-mb and --cycle-time-ms by hand",
-    "--autotune-log-file": "horovodlite has no autotuner yet",
-    "--autotune-warmup-samples": "horovodlite has no autotuner yet",
-    "--autotune-steps-per-sample": "horovodlite has no autotuner yet",
-    "--autotune-bayes-opt-max-samples": "horovodlite has no autotuner yet",
-    "--autotune-gaussian-process-noise": "horovodlite has no autotuner yet",
     "--jsrun": "horovodlite launches with mpirun only",
     "--config-file": "give the settings as flags or HOROVODLITE_* variables",
     "--mpi-threads-disable": "horovodlite always asks MPI for MPI_THREAD_MULTIPLE",
@@ -160,6 +154,21 @@ def make_parser():
     hier_ag.add_argument("--no-hierarchical-allgather", dest="hierarchical_allgather", action="store_const",
                          const=False, help="never use the hierarchical allgather")
 
+    autotune = parser.add_argument_group("autotune arguments")
+    autotune.add_argument("--autotune", action="store_true", default=None,
+                          help="tune the fusion threshold, cycle time, eager-allreduce size (and, across hosts, "
+                               "the hierarchical switches) by Bayesian optimisation while training; values set "
+                               "by hand are kept")
+    autotune.add_argument("--autotune-log-file", default=None, help="CSV log of the autotuner's samples (rank 0)")
+    autotune.add_argument("--autotune-warmup-samples", type=_non_negative_int, default=None,
+                          help="samples discarded first (default 3)")
+    autotune.add_argument("--autotune-steps-per-sample", type=_positive_int, default=None,
+                          help="training steps per sample (default 10)")
+    autotune.add_argument("--autotune-bayes-opt-max-samples", type=_positive_int, default=None,
+                          help="samples scored before the best parameters are kept (default 20)")
+    autotune.add_argument("--autotune-gaussian-process-noise", type=_non_negative_float, default=None,
+                          help="noise variance of the Gaussian process, in standardised units (default 0.8)")
+
     timeline = parser.add_argument_group("timeline arguments")
     timeline.add_argument("--timeline-filename", default=None, help="write a Chrome-tracing timeline to this file")
     timeline.add_argument("--timeline-mark-cycles", action="store_true", default=None,
@@ -210,7 +219,7 @@ def make_parser():
 
     unsupported = parser.add_argument_group("horovodrun arguments that are errors here")
     for flag in sorted(_UNSUPPORTED):
-        nargs = 0 if flag in ("--autotune", "--jsrun", "--mpi-threads-disable") else "?"
+        nargs = 0 if flag in ("--jsrun", "--mpi-threads-disable") else "?"
         unsupported.add_argument(flag, action=_Unsupported, nargs=nargs, help=argparse.SUPPRESS)
 
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
@@ -230,6 +239,14 @@ def job_environment(args):
         env["HOROVODLITE_HIERARCHICAL_ALLREDUCE"] = "1" if args.hierarchical_allreduce else "0"
     if args.hierarchical_allgather is not None:
         env["HOROVODLITE_HIERARCHICAL_ALLGATHER"] = "1" if args.hierarchical_allgather else "0"
+    if args.autotune:
+        env["HOROVODLITE_AUTOTUNE"] = "1"
+    if args.autotune_log_file:
+        env["HOROVODLITE_AUTOTUNE_LOG"] = os.path.abspath(args.autotune_log_file)
+    for flag in ("warmup_samples", "steps_per_sample", "bayes_opt_max_samples", "gaussian_process_noise"):
+        value = getattr(args, "autotune_" + flag)
+        if value is not None:
+            env["HOROVODLITE_AUTOTUNE_" + flag.upper()] = repr(value)
     if args.timeline_filename:
         env["HOROVODLITE_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:
@@ -285,7 +302,7 @@ def mpirun_base(args, np, testbed=None):
     cmd = (testbed.mpirun_prefix() if testbed else []) + [args.mpirun, "-np", str(np)]
     # Ranks may outnumber cores (tests, small machines): no pinning, and idle
     # ranks yield the CPU instead of spinning in MPI progress loops.
-    cmd += ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+    cmd += mpi_flags.JOB_FLAGS
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd += ["--allow-run-as-root"]
     if testbed:
@@ -310,10 +327,9 @@ def component_exclusions(args, testbed=None):
         given |= {key for key, _ in testbed.mca}
     given |= {name[len("OMPI_MCA_"):] for name in os.environ if name.startswith("OMPI_MCA_")}
     out = []
-    if "btl" not in given:
-        out += ["--mca", "btl", "^openib,ofi"]
-    if "mtl" not in given:
-        out += ["--mca", "mtl", "^ofi"]
+    for key, value in mpi_flags.exclusion_pairs():
+        if key not in given:
+            out += ["--mca", key, value]
     return out
 
 
@@ -397,7 +413,7 @@ def elastic_sizes(parser, args):
     if min_np is None:
         parser.error("an elastic job needs --min-np or -np")
     max_np = args.max_np
-    if max_np is not None and min_np > max_np:
+    if args.min_np is not None and max_np is not None and min_np > max_np:
         parser.error("--min-np %d is more than --max-np %d" % (min_np, max_np))
     np = args.np if args.np is not None else min_np
     if np < min_np or (max_np is not None and np > max_np):

@@ -79,6 +79,28 @@ struct Config {
   // each host per host. Auto: from RING_THRESHOLD bytes of output up.
   Hierarchical hierarchical_allgather = Hierarchical::kAuto;
 
+  // ---- the autotuner (autotune/autotuner.h) ----
+  // AUTOTUNE (0/1): Bayesian optimisation, during training, of FUSION_THRESHOLD,
+  // CYCLE_TIME, EAGER_ALLREDUCE_BYTES and, on jobs over several hosts, the
+  // HIERARCHICAL_ALLREDUCE/ALLGATHER switches, for the best throughput (bytes
+  // reduced per second). A variable set in the environment is not tuned.
+  bool autotune = false;
+  // AUTOTUNE_LOG: CSV file (rank 0), one row per sample; empty: none.
+  std::string autotune_log;
+  int64_t autotune_warmup_samples = 3;           // AUTOTUNE_WARMUP_SAMPLES
+  int64_t autotune_steps_per_sample = 10;        // AUTOTUNE_STEPS_PER_SAMPLE
+  int64_t autotune_bayes_opt_max_samples = 20;   // AUTOTUNE_BAYES_OPT_MAX_SAMPLES
+  double autotune_gaussian_process_noise = 0.8;  // AUTOTUNE_GAUSSIAN_PROCESS_NOISE
+  // AUTOTUNE_START: "NAME=VALUE,..." with NAME among FUSION_THRESHOLD,
+  // CYCLE_TIME, EAGER_ALLREDUCE_BYTES: where the tuning starts (its first
+  // samples), while still tuning them (benchmarks start from a poor setting).
+  std::string autotune_start;
+  // Which tunable variables the user set (kept as they are).
+  struct UserSet {
+    bool fusion_threshold = false, cycle_time = false, eager_allreduce_bytes = false;
+    bool hierarchical_allreduce = false, hierarchical_allgather = false;
+  } user_set;
+
   // ---- device (CUDA) tensors; ignored by builds without CUDA ----
   // GPU_OPERATIONS: "nccl" (default) runs collectives on device tensors with NCCL;
   // "mpi" copies them to pinned host memory and uses the host (MPI) collectives.
