@@ -217,7 +217,9 @@ class HostManager:
         return sum(slots for _, slots in self.available_hosts())
 
     def blacklist(self, host):
+        """Out of the assignment order: when it comes back it ranks last."""
         self._state(host).blacklist()
+        self._order = [h for h in self._order if h != host]
 
     def is_blacklisted(self, host):
         return host in self._states and self._states[host].is_blacklisted()
