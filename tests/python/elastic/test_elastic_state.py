@@ -79,10 +79,19 @@ def test_torch_state_restore_rolls_back_model_and_optimizer():
     state.restore()
     assert _same(model, committed) and state.epoch == 1
     assert all(torch.equal(opt.state[p]["momentum_buffer"], m) for p, m in zip(model.parameters(), committed_momentum))
-    # The saved copy is not the live tensor: training after restore leaves it intact.
+    # The saved copy is not the live tensor: training after restore leaves it intact
+    # (PyTorch 2's Optimizer.load_state_dict keeps the tensors it is given).
     _step(model, opt, 3)
     state.restore()
     assert _same(model, committed)
+    assert all(torch.equal(opt.state[p]["momentum_buffer"], m) for p, m in zip(model.parameters(), committed_momentum))
+    # A commit after that copies into the same buffers, and is then what restore gives.
+    _step(model, opt, 4)
+    state.commit()
+    again = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    _step(model, opt, 5)
+    state.restore()
+    assert all(torch.equal(opt.state[p]["momentum_buffer"], m) for p, m in zip(model.parameters(), again))
 
 
 def test_torch_state_sync_makes_every_rank_rank0s():

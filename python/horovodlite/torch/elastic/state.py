@@ -25,6 +25,27 @@ def _snapshot(value):
     return copy.deepcopy(value)
 
 
+def _refresh(saved, live):
+    """`live` snapshotted into the buffers of the earlier snapshot `saved` where
+    the structure matches (no allocation: a commit of a large model is a plain
+    copy), a fresh snapshot elsewhere."""
+    if isinstance(live, torch.Tensor):
+        if (isinstance(saved, torch.Tensor) and saved.shape == live.shape and saved.dtype == live.dtype
+                and saved.device == live.device and saved.layout == live.layout and live.layout == torch.strided):
+            with torch.no_grad():
+                saved.copy_(live)
+            return saved
+        return _snapshot(live)
+    if isinstance(live, dict) and isinstance(saved, dict) and saved.keys() == live.keys():
+        out = type(live)((k, _refresh(saved[k], v)) for k, v in live.items())
+        if hasattr(live, "_metadata"):
+            out._metadata = copy.deepcopy(live._metadata)
+        return out
+    if isinstance(live, (list, tuple)) and type(saved) is type(live) and len(saved) == len(live):
+        return type(live)(_refresh(a, b) for a, b in zip(saved, live))
+    return _snapshot(live)
+
+
 def _with_metadata(value):
     out = type(value)((k, _snapshot(v)) for k, v in value.items())
     out._metadata = copy.deepcopy(value._metadata)
@@ -55,9 +76,10 @@ class ModelStateHandler(StateHandler):
         self._saved = _snapshot(model.state_dict())
 
     def save(self):
-        self._saved = _snapshot(self.value.state_dict())
+        self._saved = _refresh(self._saved, self.value.state_dict())
 
     def restore(self):
+        # load_state_dict copies into the parameters: the snapshot stays private.
         self.value.load_state_dict(self._saved)
 
     def sync(self):
@@ -71,10 +93,12 @@ class OptimizerStateHandler(StateHandler):
         self._saved = _snapshot(optimizer.state_dict())
 
     def save(self):
-        self._saved = _snapshot(self.value.state_dict())
+        self._saved = _refresh(self._saved, self.value.state_dict())
 
     def restore(self):
-        self.value.load_state_dict(self._saved)
+        # PyTorch 2's Optimizer.load_state_dict keeps the given tensors as its
+        # state (no copy): load a copy, or training would change the commit.
+        self.value.load_state_dict(_snapshot(self._saved))
 
     def sync(self):
         from horovodlite.torch.functions import broadcast_optimizer_state
