@@ -72,10 +72,12 @@ def main():
 
     @hvd.elastic.run
     def train(state):
-        for state.epoch in range(state.epoch, args.epochs):
+        loss = float("nan")
+        while state.epoch < args.epochs:
             model.train()
             total, count = 0.0, 0
-            for state.batch, (x, y) in enumerate(loader, state.batch):
+            for batch_idx, (x, y) in enumerate(loader, state.batch):
+                state.batch = batch_idx
                 optimizer.zero_grad()
                 loss = F.cross_entropy(model(x), y)
                 loss.backward()
@@ -93,7 +95,8 @@ def main():
                     state.epoch, loss, hvd.size(), os.environ.get("HOROVOD_HOSTNAME", socket.gethostname()),
                     os.getpid()), flush=True)
             state.batch = 0
-            sampler.set_epoch(state.epoch + 1)
+            state.epoch += 1
+            sampler.set_epoch(state.epoch)
             state.commit()
         return loss
 
