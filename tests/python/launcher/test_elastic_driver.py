@@ -511,3 +511,38 @@ def test_elastic_fixed_hosts_and_default_np(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
     assert sorted(_logs(tmp_path)) == ["127.0.0.1_0", "127.0.0.2_0"]
+
+
+def test_elastic_worker_killed_with_sigkill(tmp_path):
+    """SIGKILL to a worker: the driver records the failure, blacklists its host
+    and re-forms the world; the test plays the survivors' failing collective
+    (the core's HorovodInternalError) through the KV store."""
+    from horovodlite.runner.rendezvous import RendezvousClient
+    script, _ = _discovery_file(tmp_path, "127.0.0.1:1\n127.0.0.2:1\n127.0.0.3:1\n")
+    proc = _elastic(["--min-np", "2", "--host-discovery-script", script], _sim(tmp_path, 30))
+    try:
+        deadline = time.monotonic() + 60
+        while len(_logs(tmp_path)) < 3:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        victim = _logs(tmp_path)["127.0.0.3_0"][0]
+        env = {}
+        with open("/proc/%d/environ" % victim["pid"], "rb") as f:
+            for item in f.read().split(b"\0"):
+                key, _, value = item.decode(errors="replace").partition("=")
+                env[key] = value
+        killed = time.time()
+        os.kill(victim["pid"], 9)
+        kv = RendezvousClient(env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], env["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+        kv.put("sim", "failed.1", "killed")
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "worker 127.0.0.3[0] (rank 2) was killed by signal 9 (SIGKILL)" in out, out
+    assert "blacklisted host 127.0.0.3" in out, out
+    logs = _logs(tmp_path)
+    resets = [r for n in ("127.0.0.1_0", "127.0.0.2_0") for r in logs[n] if r["event"] == "reset"]
+    assert sorted((r["gen"], r["rank"], r["size"]) for r in resets) == [(2, 0, 2), (2, 1, 2)]
+    print("worker killed -> survivors in generation 2: %.2f s" % (max(r["t"] for r in resets) - killed))
