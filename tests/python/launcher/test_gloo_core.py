@@ -4,11 +4,8 @@ equals what the committed steps imply). Skipped, saying why, where the core
 has no Gloo init (built without libgloo, or before the transport's init)."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from launch_util import clean_env
