@@ -464,12 +464,7 @@ def gloo_main(parser, args, argv):
             timeout_s = elastic_timeout(args)
         except ValueError as e:
             parser.error(str(e))
-    else:
-        for flag, value in (("--slots-per-host", args.slots), ("--elastic-timeout", args.elastic_timeout),
-                            ("--reset-limit", args.reset_limit),
-                            ("--blacklist-cooldown-range", args.blacklist_cooldown_range)):
-            if value is not None:
-                parser.error("%s is for elastic jobs (--min-np/--max-np/--host-discovery-script)" % flag)
+
     try:
         hosts = host_list(args)
         testbed = Testbed(args.hosts_netns) if args.hosts_netns else None
@@ -542,6 +537,12 @@ def main(argv=None):
         parser.error("no command to run")
     if args.np is None and not is_elastic(args):
         parser.error("the following arguments are required: -np/--num-proc")
+    if not is_elastic(args):
+        for flag, value in (("--slots-per-host", args.slots), ("--elastic-timeout", args.elastic_timeout),
+                            ("--reset-limit", args.reset_limit),
+                            ("--blacklist-cooldown-range", args.blacklist_cooldown_range)):
+            if value is not None:
+                parser.error("%s is for elastic jobs (--min-np/--max-np/--host-discovery-script)" % flag)
     if wants_gloo(args):
         return gloo_main(parser, args, argv)
     if shutil.which(args.mpirun) is None:
