@@ -68,10 +68,11 @@ void run(const tp::ContextPtr& ctx, const hvl::Config& config, int argc, char** 
     });
     if (ctx->rank() == 0) {
       const double bus = 2.0 * (ctx->size() - 1) / ctx->size() * static_cast<double>(count) * 4 / 1e9;
-      std::printf("%-5s %6.1f MiB  ring median %8.3f ms best %8.3f ms busbw %5.2f GB/s | fp16 wire median %8.3f ms "
-                  "best %8.3f ms\n",
-                  ctx->kind(), mib, plain.first * 1e3, plain.second * 1e3, bus / plain.first, wire.first * 1e3,
-                  wire.second * 1e3);
+      std::printf(
+          "%-5s %6.1f MiB  ring median %8.3f ms best %8.3f ms busbw %5.2f GB/s | fp16 wire median %8.3f ms "
+          "best %8.3f ms\n",
+          ctx->kind(), mib, plain.first * 1e3, plain.second * 1e3, bus / plain.first, wire.first * 1e3,
+          wire.second * 1e3);
       std::fflush(stdout);
     }
   }

@@ -74,7 +74,8 @@ void run_suite(tp::Context& ctx, const char* where) {
   check_status(ops::reducescatter(ctx, rin.data(), rout.data(), counts, hvl::DataType::kFloat64, hvl::ReduceOp::kSum),
                "reducescatter", r);
   for (size_t i = 0; i < 3; ++i) {
-    const double want = static_cast<double>(p) * static_cast<double>(static_cast<size_t>(3 * r) + i) + p * (p - 1) / 2.0;
+    const double want =
+        static_cast<double>(p) * static_cast<double>(static_cast<size_t>(3 * r) + i) + p * (p - 1) / 2.0;
     check(rout[i] == want, "reducescatter values", r);
   }
   hvl::RecursiveDoubling rd(ctx.shared_from_this());

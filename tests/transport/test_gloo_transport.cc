@@ -4,6 +4,7 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -132,6 +133,43 @@ TEST(GlooTransport, AWaitForAPeerThatNeverSendsNamesIt) {
       EXPECT_TRUE(s->wait(std::chrono::seconds(10)).ok());
     }
   });
+}
+
+}  // namespace
+
+namespace {
+
+// A peer that goes away (its context destroyed: its sockets close) fails the
+// receive waiting on it with Aborted naming it, instead of a hang.
+TEST(GlooTransport, APeerThatGoesAwayFailsTheWaitNamingIt) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::thread> threads;
+  std::atomic<bool> posted{false};
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      tp::GlooOptions options;
+      options.rank = r;
+      options.size = 2;
+      options.hostname = "localhost";
+      options.timeout = std::chrono::seconds(20);
+      tp::ContextPtr ctx;
+      ASSERT_TRUE(tp::connect_gloo(options, store, &ctx).ok());
+      ASSERT_TRUE(ctx->barrier().ok());
+      if (r == 0) {
+        int v = 0;
+        tp::RequestPtr req;
+        ASSERT_TRUE(ctx->irecv(&v, 4, 1, 9, &req).ok());
+        posted = true;
+        const Status s = req->wait(std::chrono::seconds(20));
+        EXPECT_EQ(s.code(), horovodlite::StatusCode::kAborted) << s.message();
+        EXPECT_NE(s.message().find("receive from rank 1"), std::string::npos) << s.message();
+      } else {
+        while (!posted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ctx.reset();  // rank 1 leaves without sending
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 }  // namespace

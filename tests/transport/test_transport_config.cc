@@ -28,10 +28,19 @@ class Env {
   void set(const char* name, const char* value) { setenv(name, value, 1); }
 
  private:
-  static constexpr const char* kNames[] = {
-      "HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS", "HOROVODLITE_CONTROLLER", "HOROVOD_RANK", "HOROVOD_SIZE",
-      "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT", "HOROVOD_GLOO_TIMEOUT_SECONDS",
-      "HOROVOD_HOSTNAME", "HOROVOD_GLOO_IFACE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+  static constexpr const char* kNames[] = {"HOROVOD_CONTROLLER",
+                                           "HOROVOD_CPU_OPERATIONS",
+                                           "HOROVODLITE_CONTROLLER",
+                                           "HOROVOD_RANK",
+                                           "HOROVOD_SIZE",
+                                           "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+                                           "HOROVOD_GLOO_RENDEZVOUS_PORT",
+                                           "HOROVOD_GLOO_TIMEOUT_SECONDS",
+                                           "HOROVOD_HOSTNAME",
+                                           "HOROVOD_GLOO_IFACE",
+                                           "OMPI_COMM_WORLD_RANK",
+                                           "PMI_RANK",
+                                           "PMIX_RANK"};
 };
 
 void set_job(Env& env) {
