@@ -9,8 +9,8 @@ import time
 
 def train(steps=50, warmup=5, batch=64, hidden=512, lr=0.05, seed=0):
     t_enter = time.time()
-    import torch
     import horovodlite.torch as hvd
+    import torch
     hvd.init()
     torch.set_num_threads(1)
     torch.manual_seed(seed)

@@ -35,9 +35,8 @@ def main():
         return
 
     import ray
-    from ray import cloudpickle
-
     from horovodlite.ray import RayExecutor
+    from ray import cloudpickle
     cloudpickle.register_pickle_by_value(engine_common)
     t = time.time()
     ray.init(address=args.address, include_dashboard=False,

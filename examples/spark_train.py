@@ -35,10 +35,9 @@ def main():
         return
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the tasks run this Python (and its horovodlite)
+    import horovodlite.spark
     from pyspark import cloudpickle
     from pyspark.sql import SparkSession
-
-    import horovodlite.spark
     cloudpickle.register_pickle_by_value(engine_common)
     t = time.time()
     spark = (SparkSession.builder.master(args.master or "local[%d]" % args.num_proc).appName("horovodlite-example")

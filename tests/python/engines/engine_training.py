@@ -35,8 +35,8 @@ def make_model(seed, dtype):
 def train(steps=5, batch=4, seed=1234, lr=0.1):
     """Every rank trains on its shard of each global batch (size() * batch rows)
     with hvd.DistributedOptimizer; returns (rank, size, {name: weights as lists})."""
-    import torch
     import horovodlite.torch as hvd
+    import torch
     hvd.init()
     dtype = torch.float64
     model = make_model(seed, dtype)
