@@ -36,7 +36,7 @@ def main():
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the tasks run this Python (and its horovodlite)
     import horovodlite.spark
-    from pyspark import cloudpickle
+    import cloudpickle
     from pyspark.sql import SparkSession
     cloudpickle.register_pickle_by_value(engine_common)
     t = time.time()

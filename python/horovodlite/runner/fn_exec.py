@@ -32,10 +32,9 @@ def _die_with_parent():
 
 
 def _pickler():
-    try:
-        from pyspark import cloudpickle
-    except ImportError:
-        import cloudpickle
+    # The standalone cloudpickle (a dependency of horovodlite[spark], as of Horovod):
+    # importing pyspark here would compile it from the task's pyspark.zip (seconds).
+    import cloudpickle
     return cloudpickle
 
 

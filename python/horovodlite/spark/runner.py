@@ -40,7 +40,12 @@ class SparkJobError(RuntimeError):
 
 
 def _cloudpickle():
-    from pyspark import cloudpickle
+    # fn travels with the standalone cloudpickle (fast to import in each rank's
+    # process; register_pickle_by_value with it). Spark pickles its own task.
+    try:
+        import cloudpickle
+    except ImportError as e:
+        raise ImportError("horovodlite.spark needs cloudpickle (pip install cloudpickle): %s" % e) from e
     return cloudpickle
 
 
