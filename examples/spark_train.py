@@ -35,8 +35,8 @@ def main():
         return
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the tasks run this Python (and its horovodlite)
-    import horovodlite.spark
     import cloudpickle
+    import horovodlite.spark
     from pyspark.sql import SparkSession
     cloudpickle.register_pickle_by_value(engine_common)
     t = time.time()

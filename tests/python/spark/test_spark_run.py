@@ -17,6 +17,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("pyspark needs Java (no java on PATH, no JAVA_HOME)", allow_module_level=True)
 
 import horovodlite.spark  # noqa: E402
+
 cloudpickle = pytest.importorskip("cloudpickle", reason="cloudpickle is not installed (ci/setup_venv.sh installs it)")
 
 cloudpickle.register_pickle_by_value(et)
