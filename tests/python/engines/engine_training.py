@@ -6,8 +6,22 @@ import os
 import time
 
 
+_probe = {}
+
+
 def gloo_core_missing():
-    """A skip reason when horovodlite cannot run collectives without mpirun, else None."""
+    """A skip reason when horovodlite cannot run a job on Gloo (without mpirun), else
+    None. Probed once: one process with the contract's variables for a world of one
+    must come up with hvd.gloo_enabled() True."""
+    if "reason" in _probe:
+        return _probe["reason"]
+    _probe["reason"] = _gloo_probe()
+    return _probe["reason"]
+
+
+def _gloo_probe():
+    import subprocess
+    import sys
     try:
         import horovodlite.torch as hvd
     except ImportError as e:
@@ -15,6 +29,22 @@ def gloo_core_missing():
     if not hvd.gloo_built():
         return ("horovodlite was built without the Gloo core (hvd.gloo_built() is False): collectives in engine "
                 "workers need it")
+    from horovodlite.runner import worker_env
+    from horovodlite.runner.rendezvous import RendezvousServer
+    with RendezvousServer(bind_host="127.0.0.1") as server:
+        env = worker_env.strip_inherited(os.environ)
+        env.update(worker_env.gloo_env(worker_env.assign_ranks(["localhost"])[0], "127.0.0.1", server.port,
+                                       timeout_s=20))
+        code = ("import horovodlite.torch as hvd; hvd.init(); "
+                "print('GLOO', hvd.gloo_enabled(), hvd.mpi_enabled(), hvd.size()); hvd.shutdown()")
+        try:
+            p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return "hvd.init() on the Gloo contract's variables (one rank) did not return within 60 s"
+    if "GLOO True False 1" not in p.stdout:
+        return ("hvd.init() on the Gloo contract's variables does not start a Gloo job yet (exit %d, %s): "
+                "collectives in engine workers need the Gloo runtime" % (
+                    p.returncode, (p.stdout + p.stderr).strip().splitlines()[-1:] or "no output"))
     return None
 
 
