@@ -32,7 +32,7 @@ def train(steps=50, warmup=5, batch=64, hidden=512, lr=0.05, seed=0):
         opt.step()
     step_ms = (time.perf_counter() - t0) / steps * 1e3
     return {"rank": hvd.rank(), "size": hvd.size(), "t_enter": t_enter, "step_ms": step_ms,
-            "loss": float(loss), "controller": "gloo" if hvd.gloo_enabled() else "mpi"}
+            "loss": float(loss.detach()), "controller": "gloo" if hvd.gloo_enabled() else "mpi"}
 
 
 def enter_only(**_):

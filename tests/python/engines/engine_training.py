@@ -5,7 +5,6 @@ the engine's workers need not import this file."""
 import os
 import time
 
-
 _probe = {}
 
 
