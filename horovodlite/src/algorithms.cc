@@ -4,7 +4,7 @@
 // its own file pair, and one line here (docs/architecture.md).
 #include "algorithms.h"
 
-#include "fusion_buffer.h"
+#include "ops/fusion.h"
 #include "ops/hierarchical_allgather.h"
 #include "ops/hierarchical_allreduce.h"
 #include "ops/host_allreduce.h"

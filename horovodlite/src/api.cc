@@ -14,7 +14,6 @@
 #include "logging.h"
 #include "op_util.h"
 #include "runtime.h"
-#include "stall_inspector.h"
 
 namespace horovodlite {
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 
 namespace horovodlite {
 
@@ -285,6 +286,12 @@ Status decode_responses(const uint8_t* data, size_t size, std::vector<Response>*
   }
   if (r.remaining() != 0) return Status::InvalidArgument("malformed message: trailing bytes after response list");
   return Status::OK();
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  return os.str();
 }
 
 }  // namespace horovodlite

@@ -90,7 +90,13 @@ Status decode_requests(const uint8_t* data, size_t size, std::vector<Request>* o
 void encode_responses(const std::vector<Response>& responses, std::string* out);
 Status decode_responses(const uint8_t* data, size_t size, std::vector<Response>* out);
 
+// "0, 2, 5": ranks as error messages list them.
+std::string rank_list(const std::vector<int>& ranks);
+
 // Limits enforced on decode.
+// The name every rank's join request carries (one per process set).
+constexpr const char* kJoinName = "horovodlite.join";
+
 constexpr size_t kMaxNameLength = 4096;
 constexpr size_t kMaxDims = 64;
 

@@ -11,11 +11,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "controller.h"
 #include "entry.h"
 #include "executor.h"
 #include "message.h"
 #include "mpi_context.h"
+#include "negotiation/controller.h"
 
 namespace horovodlite {
 
@@ -28,7 +28,7 @@ struct ProcessSetState {
   std::unique_ptr<MpiContext> own_mpi;  // process sets; the global set uses the runtime's
   MpiContext* mpi = nullptr;
   std::unique_ptr<Executor> executor;
-  std::unique_ptr<Controller> controller;
+  std::unique_ptr<negotiation::Controller> controller;
 
   // Guarded by the runtime's mutex.
   std::vector<Request> queue;

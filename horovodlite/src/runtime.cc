@@ -128,14 +128,14 @@ std::string ProcessSetState::timeline_prefix() const {
   return id == 0 ? std::string() : "process_set_" + std::to_string(id) + "/";
 }
 
-std::unique_ptr<Controller> Runtime::make_controller(ProcessSetState& set) {
-  Controller::SetIdentity identity;
+std::unique_ptr<negotiation::Controller> Runtime::make_controller(ProcessSetState& set) {
+  negotiation::Controller::SetIdentity identity;
   if (set.id != 0) {
     identity.global_ranks = set.ranks;
     identity.where = " in " + set.describe();
     identity.timeline_prefix = set.timeline_prefix();
   }
-  auto controller = std::make_unique<Controller>(
+  auto controller = std::make_unique<negotiation::Controller>(
       set.mpi->global(), config_, timeline_, *watchdog_,
       [this, s = &set](const std::string& name, Request* request, Clock::time_point* enqueued) {
         return find_local(*s, name, request, enqueued);
@@ -236,7 +236,7 @@ Stats Runtime::stats() const {
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
     for (const auto& kv : sets_) {
-      const Controller* c = kv.second->controller.get();
+      const negotiation::Controller* c = kv.second->controller.get();
       if (!c) continue;
       s.negotiations += c->negotiations();
       s.cache_hits += c->cache_hits();
@@ -419,7 +419,7 @@ bool Runtime::cycle() {
 }
 
 bool Runtime::cycle_set(ProcessSetState& set, bool global) {
-  Controller::Input in;
+  negotiation::Controller::Input in;
   {
     std::lock_guard<std::mutex> lock(mu_);
     in.requests.swap(set.queue);
@@ -433,7 +433,7 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
     in.tuning.resize(autotune::Autotuner::kWords);
     tuner_->encode(in.tuning.data());
   }
-  Controller::Output out;
+  negotiation::Controller::Output out;
   const Status s = set.controller->compute_responses(std::move(in), &out);
   if (!s.ok()) {
     record_job_failure(s.message());  // (before waking the waiters) exit must not wait for unreachable peers
@@ -617,7 +617,7 @@ void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point rea
 
 void Runtime::abort_all(const Status& status) {
   std::vector<std::unique_ptr<TensorEntry>> entries;
-  std::vector<Controller*> controllers;
+  std::vector<negotiation::Controller*> controllers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
@@ -629,7 +629,7 @@ void Runtime::abort_all(const Status& status) {
       if (kv.second->controller) controllers.push_back(kv.second->controller.get());
     }
   }
-  for (Controller* c : controllers) c->clear();
+  for (negotiation::Controller* c : controllers) c->clear();
   for (auto& e : entries) e->handle->complete(status);
 }
 

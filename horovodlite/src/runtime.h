@@ -29,13 +29,13 @@
 #include <vector>
 
 #include "autotune/autotuner.h"
-#include "controller.h"
 #include "entry.h"
 #include "execution_observer.h"
 #include "executor.h"
 #include "horovodlite/config.h"
 #include "horovodlite/horovodlite.h"
 #include "mpi_context.h"
+#include "negotiation/controller.h"
 #include "process_set_state.h"
 #include "timeline.h"
 #include "watchdog.h"
@@ -101,8 +101,8 @@ class Runtime {
   void run(ProcessSetState& set, const Response& response, std::chrono::steady_clock::time_point ready);
   void abort_all(const Status& status);
   // The controller of a member's set, built on the set's communicator.
-  std::unique_ptr<Controller> make_controller(ProcessSetState& set);
-  // The controller's view of this rank's ops in flight (see Controller::LocalLookup).
+  std::unique_ptr<negotiation::Controller> make_controller(ProcessSetState& set);
+  // The controller's view of this rank's ops in flight (see negotiation::Controller::LocalLookup).
   // Under mu_: why `name` cannot be enqueued on the set (stopped, unknown set, not a
   // member, being removed, in flight), or OK and *out = the set.
   Status check_enqueue_locked(int32_t set_id, const std::string& name, ProcessSetState** out);

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "controller.h"
+#include "negotiation/controller.h"
+#include "ops/fusion.h"
 #include "test_util.h"
 
 using namespace hvl_test;
@@ -267,11 +268,11 @@ TEST(GroupFusion, DisableGroupFusionKeepsEachGroupApart) {
   };
   std::map<std::string, uint64_t> group_of;
   for (const Request& q : requests) group_of[q.name] = q.group_id;
-  auto lookup = [&](const std::string& name, Request* out, Controller::Clock::time_point* since) {
+  auto lookup = [&](const std::string& name, Request* out, negotiation::Controller::Clock::time_point* since) {
     for (const Request& q : requests) {
       if (q.name != name) continue;
       if (out) *out = q;
-      if (since) *since = Controller::Clock::now();
+      if (since) *since = negotiation::Controller::Clock::now();
       return true;
     }
     return false;
@@ -282,11 +283,11 @@ TEST(GroupFusion, DisableGroupFusionKeepsEachGroupApart) {
     config.disable_group_fusion = disable;
     Timeline timeline;
     Watchdog watchdog(0, nullptr);
-    Controller controller(Communicator{comm, rank, size}, config, timeline, watchdog, lookup);
+    negotiation::Controller controller(Communicator{comm, rank, size}, config, timeline, watchdog, lookup);
     for (int cycle = 0; cycle < 2; ++cycle) {
-      Controller::Input input;
+      negotiation::Controller::Input input;
       input.requests = requests;
-      Controller::Output out;
+      negotiation::Controller::Output out;
       HVL_ASSERT_OK(controller.compute_responses(input, &out));
       std::vector<Names> got;
       size_t names = 0;

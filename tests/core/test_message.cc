@@ -1,9 +1,10 @@
 // Wire format round trips and defensive decoding; the response cache; fusion.
 #include <gtest/gtest.h>
 
-#include "coordinator.h"
 #include "message.h"
-#include "response_cache.h"
+#include "negotiation/readiness_table.h"
+#include "negotiation/response_cache.h"
+#include "ops/fusion.h"
 
 using namespace horovodlite;
 
@@ -65,7 +66,7 @@ TEST(Message, EveryTruncationAndCorruptionIsAnError) {
 }
 
 TEST(Cache, HitInvalidMissAndDeterministicEviction) {
-  ResponseCache a(2), b(2);
+  negotiation::ResponseCache a(2), b(2);
   auto req = [](const std::string& n, int64_t dim) {
     Request q;
     q.name = n;
@@ -79,18 +80,18 @@ TEST(Cache, HitInvalidMissAndDeterministicEviction) {
     r.tensor_sizes = {q.shape[0]};
     return r;
   };
-  for (ResponseCache* c : {&a, &b}) {
+  for (negotiation::ResponseCache* c : {&a, &b}) {
     for (const char* n : {"x", "y", "z"}) {  // z evicts x, the least recently used
       Request q = req(n, 4);
       c->put(resp(q), &q);
     }
   }
   uint32_t pa = 0, pb = 0;
-  EXPECT_EQ(a.lookup(req("x", 4), &pa), ResponseCache::Lookup::kMiss);
-  EXPECT_EQ(a.lookup(req("z", 4), &pa), ResponseCache::Lookup::kHit);
-  EXPECT_EQ(b.lookup(req("z", 4), &pb), ResponseCache::Lookup::kHit);
+  EXPECT_EQ(a.lookup(req("x", 4), &pa), negotiation::ResponseCache::Lookup::kMiss);
+  EXPECT_EQ(a.lookup(req("z", 4), &pa), negotiation::ResponseCache::Lookup::kHit);
+  EXPECT_EQ(b.lookup(req("z", 4), &pb), negotiation::ResponseCache::Lookup::kHit);
   EXPECT_EQ(pa, pb);
-  EXPECT_EQ(a.lookup(req("z", 5), &pa), ResponseCache::Lookup::kInvalid);
+  EXPECT_EQ(a.lookup(req("z", 5), &pa), negotiation::ResponseCache::Lookup::kInvalid);
 }
 
 TEST(Fusion, MergesOnlyCompatibleNeighboursUpToTheThreshold) {
@@ -168,8 +169,8 @@ TEST(Fusion, AllgatherAndReducescatterFuseUpToTheThreshold) {
   EXPECT_EQ(out[3].names, std::vector<std::string>{"h0"});
 }
 
-TEST(Coordinator, ReadyOnlyWhenEveryRankAskedAndMismatchNamesRanks) {
-  Coordinator c(3);
+TEST(ReadinessTable, ReadyOnlyWhenEveryRankAskedAndMismatchNamesRanks) {
+  negotiation::ReadinessTable c(3);
   Request q;
   q.name = "t";
   q.shape = {4};
@@ -188,8 +189,8 @@ TEST(Coordinator, ReadyOnlyWhenEveryRankAskedAndMismatchNamesRanks) {
   EXPECT_NE(out[0].error_message.find("rank 0: [4]"), std::string::npos) << out[0].error_message;
 }
 
-TEST(Coordinator, MixedCpuGpuPlacementIsAnErrorButDifferentGpusAreNot) {
-  Coordinator c(2);
+TEST(ReadinessTable, MixedCpuGpuPlacementIsAnErrorButDifferentGpusAreNot) {
+  negotiation::ReadinessTable c(2);
   Request q;
   q.name = "mixed";
   q.shape = {4};

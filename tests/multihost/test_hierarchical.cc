@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "fusion_buffer.h"
 #include "horovodlite/config.h"
 #include "kernels/reduce.h"
 #include "mpi_context.h"
+#include "ops/fusion.h"
 #include "ops/hierarchical_allgather.h"
 #include "ops/hierarchical_allreduce.h"
 #include "ops/mpi_allreduce.h"

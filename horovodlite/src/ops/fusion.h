@@ -4,15 +4,44 @@
 // kernel launch per batch).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "message.h"
+
 namespace horovodlite {
 
-struct Response;
 struct TensorEntry;
+
+// A persistent, 64-byte aligned host buffer that only grows: no allocation per
+// operation in the steady state.
+class FusionBuffer {
+ public:
+  void* get(size_t bytes) {
+    if (bytes > capacity_) {
+      size_t cap = std::max(bytes, capacity_ * 2);
+      cap = (cap + 63) / 64 * 64;
+      void* p = std::aligned_alloc(64, cap);
+      if (p == nullptr) return nullptr;
+      data_.reset(static_cast<char*>(p));
+      capacity_ = cap;
+    }
+    return data_.get();
+  }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> data_;
+  size_t capacity_ = 0;
+};
 
 // One tensor's copy into or out of a fusion buffer: `count` elements.
 struct CopyTask {
@@ -48,5 +77,26 @@ class FusionLayout {
 
 // Hands each entry's output to its handle (after unpacking).
 void publish_outputs(const std::vector<TensorEntry*>& entries);
+
+// Tensors of at least this many bytes are never fused: the copies into and out of
+// the fusion buffer would cost more than a collective of their own.
+constexpr int64_t kFuseAloneBytes = int64_t(1) << 20;
+
+// First moves the responses of each group (Response::group_id) next to the
+// group's first response, so a group is executed together (as Horovod, which
+// puts a group's responses side by side before fusing). Then merges consecutive
+// responses of the same op while the fused size stays <= threshold_bytes (0: no
+// fusion): allreduces with the same dtype, device, reduce op, scale factors and
+// compression; host allgathers with the same dtype; host reducescatters with the
+// same dtype, reduce op and scale factors. Tensors of kFuseAloneBytes or more
+// stay on their own. disable_group_fusion (HOROVOD_DISABLE_GROUP_FUSION): a
+// group's tensors fuse only with each other, ungrouped ones only with ungrouped
+// ones. Every rank applies it to the same list and gets the same result.
+std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes,
+                                     bool disable_group_fusion = false);
+
+// The bytes a single-tensor response puts through the fusion buffer (allgather:
+// its gathered output; allreduce, reducescatter: its input).
+int64_t response_bytes(const Response& r);
 
 }  // namespace horovodlite

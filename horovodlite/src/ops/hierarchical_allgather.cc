@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "coordinator.h"
 #include "logging.h"
+#include "ops/fusion.h"
 #include "ops/hierarchical_allreduce.h"
 
 namespace horovodlite {

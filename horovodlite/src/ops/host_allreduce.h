@@ -8,10 +8,10 @@
 #include <memory>
 #include <string>
 
-#include "fusion_buffer.h"
 #include "horovodlite/common.h"
 #include "mpi_context.h"
 #include "ops/algorithm.h"
+#include "ops/fusion.h"
 
 namespace horovodlite {
 

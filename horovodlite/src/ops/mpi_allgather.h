@@ -2,9 +2,9 @@
 
 #include <memory>
 
-#include "fusion_buffer.h"
 #include "mpi_context.h"
 #include "ops/algorithm.h"
+#include "ops/fusion.h"
 
 namespace horovodlite {
 

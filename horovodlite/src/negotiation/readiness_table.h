@@ -1,10 +1,11 @@
-// Rank 0's side of negotiation: collects the requests every rank sends, declares a
+// ReadinessTable (Horovod's Controller/MessageTable on the coordinator): rank 0's
+// side of full negotiation. It collects the requests every rank sends, declares a
 // name ready once every rank (or every rank that has not joined) asked for it,
 // checks that the ranks agree, and turns a disagreement into an error response
 // for that name only. A grouped op's names (Request::group_id) are declared ready
 // together, once every member is ready on every rank; if one member fails the
-// agreement checks, the whole group fails with its message. Also the fusion of ready responses, which every rank
-// applies identically to the same list.
+// agreement checks, the whole group fails with its message. (Fusing the ready responses is
+// ops/fusion.h's fuse_responses, which every rank applies to the same list.)
 #pragma once
 
 #include <chrono>
@@ -14,16 +15,14 @@
 
 #include "message.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
-constexpr const char* kJoinName = "horovodlite.join";
-
-class Coordinator {
+class ReadinessTable {
  public:
   // `global_ranks`: the global rank of each rank of the set (empty: the
   // identity), so that messages name global ranks; `where`: appended to the
   // tensor in messages (" in process set 2 (ranks [1, 3])"; empty: the global set).
-  explicit Coordinator(int size, std::vector<int> global_ranks = {}, std::string where = "");
+  explicit ReadinessTable(int size, std::vector<int> global_ranks = {}, std::string where = "");
 
   // Records the requests `rank` sent this cycle.
   void add(int rank, const std::vector<Request>& requests);
@@ -76,25 +75,4 @@ class Coordinator {
   int last_joined_ = -1;
 };
 
-// Tensors of at least this many bytes are never fused: the copies into and out of
-// the fusion buffer would cost more than a collective of their own.
-constexpr int64_t kFuseAloneBytes = int64_t(1) << 20;
-
-// First moves the responses of each group (Response::group_id) next to the
-// group's first response, so a group is executed together (as Horovod, which
-// puts a group's responses side by side before fusing). Then merges consecutive
-// responses of the same op while the fused size stays <= threshold_bytes (0: no
-// fusion): allreduces with the same dtype, device, reduce op, scale factors and
-// compression; host allgathers with the same dtype; host reducescatters with the
-// same dtype, reduce op and scale factors. Tensors of kFuseAloneBytes or more
-// stay on their own. disable_group_fusion (HOROVOD_DISABLE_GROUP_FUSION): a
-// group's tensors fuse only with each other, ungrouped ones only with ungrouped
-// ones. Every rank applies it to the same list and gets the same result.
-std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes,
-                                     bool disable_group_fusion = false);
-
-// The bytes a single-tensor response puts through the fusion buffer (allgather:
-// its gathered output; allreduce, reducescatter: its input).
-int64_t response_bytes(const Response& r);
-
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

@@ -1,4 +1,4 @@
-#include "controller.h"
+#include "negotiation/controller.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +6,9 @@
 
 #include "kernels/reduce.h"
 #include "logging.h"
+#include "ops/fusion.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
 Controller::Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
                        LocalLookup local, SetIdentity identity)
@@ -17,8 +18,8 @@ Controller::Controller(const Communicator& comm, const Config& config, Timeline&
       timeline_(timeline),
       watchdog_(watchdog),
       local_(std::move(local)),
-      coordinator_(comm.rank == 0 ? std::make_unique<Coordinator>(comm.size, identity_.global_ranks, identity_.where)
-                                  : nullptr),
+      readiness_(comm.rank == 0 ? std::make_unique<ReadinessTable>(comm.size, identity_.global_ranks, identity_.where)
+                                : nullptr),
       exchange_(comm.host_ordered != MPI_COMM_NULL ? comm.host_ordered : comm.comm, comm.eager_message_bytes),
       cache_(static_cast<size_t>(config.cache_capacity)),
       votes_(static_cast<size_t>(config.cache_capacity), comm.size),
@@ -27,7 +28,7 @@ Controller::Controller(const Communicator& comm, const Config& config, Timeline&
 Status Controller::compute_responses(Input input, Output* out) {
   const Clock::time_point now = Clock::now();
   accept(std::move(input.requests), now);
-  if (coordinator_) inspect_stalls(now);
+  if (readiness_) inspect_stalls(now);
 
   vote(input, now);
   watchdog_.enter("negotiation (bit-vector allreduce)");
@@ -40,7 +41,7 @@ Status Controller::compute_responses(Input input, Output* out) {
     out->tuning.assign(agreed, agreed + input.tuning.size());
   }
   out->responses = take_cache_hits();
-  if (votes_.test(CacheCoordinator::kUncachedInQueue) || votes_.test(CacheCoordinator::kJoined)) {
+  if (votes_.test(CycleVote::kUncachedInQueue) || votes_.test(CycleVote::kJoined)) {
     ++negotiations_;
     std::vector<Response> negotiated;
     watchdog_.enter("negotiation (gather/broadcast of requests)");
@@ -64,7 +65,7 @@ Status Controller::compute_responses(Input input, Output* out) {
   for (const Response& r : out->responses)
     if (r.type == OpType::kJoin) joined_ = false;  // runs this cycle
   out->responses = fuse_responses(out->responses, config_.fusion_threshold_bytes, config_.disable_group_fusion);
-  out->shutdown = votes_.test(CacheCoordinator::kShouldShutDown);
+  out->shutdown = votes_.test(CycleVote::kShouldShutDown);
   if (out->shutdown) {
     out->shutdown_ranks = votes_.shutdown_ranks();
     out->exiting_ranks = votes_.exiting_ranks();
@@ -120,9 +121,9 @@ void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
   }
 }
 
-std::vector<CacheCoordinator::Slot> Controller::plan_eager() {
+std::vector<CycleVote::Slot> Controller::plan_eager() {
   eager_.clear();
-  std::vector<CacheCoordinator::Slot> slots;
+  std::vector<CycleVote::Slot> slots;
   if (config_.eager_allreduce_bytes <= 0 || !local_input_ || hits_last_.empty() || hits_last_ != hits_before_) {
     return slots;
   }
@@ -136,7 +137,7 @@ std::vector<CacheCoordinator::Slot> Controller::plan_eager() {
     }
     bytes += r.tensor_sizes[0] * static_cast<int64_t>(dtype_size(r.dtype));
     if (bytes > config_.eager_allreduce_bytes) return {};
-    slots.push_back(CacheCoordinator::Slot{r.tensor_sizes[0], r.dtype, r.reduce_op});
+    slots.push_back(CycleVote::Slot{r.tensor_sizes[0], r.dtype, r.reduce_op});
   }
   eager_ = hits_last_;
   return slots;
@@ -158,11 +159,10 @@ void Controller::write_eager(const Request& q, uint32_t pos) {
 
 void Controller::vote(const Input& input, Clock::time_point now) {
   votes_.reset();
-  std::vector<CacheCoordinator::Slot> slots = plan_eager();
+  std::vector<CycleVote::Slot> slots = plan_eager();
   // The autotuner's words ride as one more slot, reduced by min.
   if (!input.tuning.empty()) {
-    slots.push_back(
-        CacheCoordinator::Slot{static_cast<int64_t>(input.tuning.size()), DataType::kInt64, ReduceOp::kMin});
+    slots.push_back(CycleVote::Slot{static_cast<int64_t>(input.tuning.size()), DataType::kInt64, ReduceOp::kMin});
   }
   if (!slots.empty()) votes_.set_slots(slots);
   if (!input.tuning.empty()) {
@@ -207,8 +207,8 @@ void Controller::vote(const Input& input, Clock::time_point now) {
   }
   if (input.shutdown || stall_shutdown_) votes_.record_shutdown(comm_.rank);
   if (input.exiting) votes_.record_exiting(comm_.rank);
-  if (!uncached_.empty() || !stall_failures_.empty()) votes_.set(CacheCoordinator::kUncachedInQueue);
-  if (joined_) votes_.set(CacheCoordinator::kJoined);
+  if (!uncached_.empty() || !stall_failures_.empty()) votes_.set(CycleVote::kUncachedInQueue);
+  if (joined_) votes_.set(CycleVote::kJoined);
 }
 
 void Controller::vote_groups(std::vector<Waiting>* grouped, Clock::time_point now) {
@@ -246,7 +246,7 @@ std::vector<Response> Controller::take_cache_hits() {
   std::vector<Response> hits;
   hits_before_.swap(hits_last_);
   hits_last_.clear();
-  if (votes_.test(CacheCoordinator::kJoined)) {
+  if (votes_.test(CycleVote::kJoined)) {
     // A joined rank cannot set hit bits: send everything through the coordinator.
     for (Waiting& w : pending_cached_) uncached_.push_back(std::move(w.request));
     pending_cached_.clear();
@@ -292,11 +292,11 @@ void Controller::inspect_stalls(Clock::time_point now) {
     Clock::time_point t;
     return local_(name, nullptr, &t) ? t : Clock::time_point::max();
   };
-  StallInspector::Report report = stall_.check(coordinator_->pending(), local_since, now, identity_.where);
+  StallInspector::Report report = stall_.check(readiness_->pending(), local_since, now, identity_.where);
   if (!report.warning.empty()) HVL_LOG(kWarning, report.warning);
   for (Response& r : report.failures) {
     HVL_LOG(kError, r.error_message);
-    coordinator_->drop(r.names[0]);
+    readiness_->drop(r.names[0]);
     stall_failures_.push_back(std::move(r));
     // This cycle carries the errors to every rank and then shuts down everywhere.
     stall_shutdown_ = true;
@@ -351,9 +351,9 @@ Status Controller::negotiate(std::vector<Response>* out) {
         const Clock::time_point t = Clock::now();
         for (const Request& q : requests) mark_ready(q, r, t);
       }
-      coordinator_->add(r, requests);
+      readiness_->add(r, requests);
     }
-    std::vector<Response> ready = coordinator_->take_ready();
+    std::vector<Response> ready = readiness_->take_ready();
     if (!stall_failures_.empty()) {
       ready.insert(ready.end(), stall_failures_.begin(), stall_failures_.end());
       stall_failures_.clear();
@@ -370,4 +370,4 @@ Status Controller::negotiate(std::vector<Response>* out) {
   return decode_responses(reinterpret_cast<const uint8_t*>(send_buf_.data()), send_buf_.size(), out);
 }
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "coordinator.h"
 #include "horovodlite/config.h"
 #include "message.h"
+#include "negotiation/readiness_table.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
 class StallInspector {
  public:
@@ -44,7 +44,7 @@ class StallInspector {
   // Clock::time_point::max() when it has not), so that names that waited in the
   // response cache first are aged from their real start.
   // `where` follows each tensor's name (" in process set 2 (ranks [1, 3])"; empty: the global set).
-  Report check(const std::vector<Coordinator::PendingInfo>& pending,
+  Report check(const std::vector<ReadinessTable::PendingInfo>& pending,
                const std::function<Clock::time_point(const std::string&)>& local_since, Clock::time_point now,
                const std::string& where = "");
 
@@ -59,7 +59,4 @@ class StallInspector {
   bool warned_ = false;
 };
 
-// "0, 2, 5"
-std::string rank_list(const std::vector<int>& ranks);
-
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

@@ -4,7 +4,7 @@
 //   1. Requests drained from the runtime's queue are sorted: names the response
 //      cache knows wait for a cache hit; the others (and join/barrier) go to full
 //      negotiation.
-//   2. One bit-vector allreduce (CacheCoordinator) agrees on the cycle: shutdown,
+//   2. One bit-vector allreduce (CycleVote) agrees on the cycle: shutdown,
 //      whether anyone needs full negotiation, whether a rank has joined, and which
 //      cached names every rank has pending (hits) or some rank saw change (invalid).
 //      A group (Request::group_id) takes the cache path only when all its members
@@ -12,7 +12,7 @@
 //      hit on every rank. Otherwise the group goes to full negotiation, marking
 //      its cached positions invalid so that every rank sends it there too.
 //   3. If needed, full negotiation: every rank's requests are gathered to rank 0,
-//      whose Coordinator declares names ready (or errors); the response list is
+//      whose ReadinessTable declares names ready (or errors); the response list is
 //      broadcast, and its responses enter the cache, in the same order everywhere.
 //   4. Cache hits and negotiated responses are fused (fusion threshold).
 // Eager allreduces (EAGER_ALLREDUCE_BYTES): when the last two cycles agreed on
@@ -41,18 +41,18 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cache_coordinator.h"
-#include "coordinator.h"
 #include "horovodlite/config.h"
 #include "message.h"
 #include "mpi_context.h"
+#include "negotiation/cycle_vote.h"
+#include "negotiation/readiness_table.h"
+#include "negotiation/response_cache.h"
+#include "negotiation/stall_inspector.h"
 #include "recursive_doubling.h"
-#include "response_cache.h"
-#include "stall_inspector.h"
 #include "timeline.h"
 #include "watchdog.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
 class Controller {
  public:
@@ -135,7 +135,7 @@ class Controller {
   // The cycle's eager positions (from the hits of the last two cycles) and their
   // slots in the vote; empty when the prediction does not apply.
   // Returns the eager slots of the vote (empty: none).
-  std::vector<CacheCoordinator::Slot> plan_eager();
+  std::vector<CycleVote::Slot> plan_eager();
   // This rank votes a hit for `request` at `pos`: its data goes into the slot.
   void write_eager(const Request& request, uint32_t pos);
 
@@ -145,10 +145,10 @@ class Controller {
   Timeline& timeline_;
   Watchdog& watchdog_;
   LocalLookup local_;
-  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
-  RecursiveDoubling exchange_;                // the vote's allreduce
+  std::unique_ptr<ReadinessTable> readiness_;  // rank 0 only
+  RecursiveDoubling exchange_;                 // the vote's allreduce
   ResponseCache cache_;
-  CacheCoordinator votes_;
+  CycleVote votes_;
   StallInspector stall_;
 
   std::vector<Waiting> pending_cached_;   // waiting for every rank's cache hit
@@ -169,4 +169,4 @@ class Controller {
   std::atomic<uint64_t> negotiations_{0}, cache_hits_{0}, tensors_negotiated_{0}, eager_allreduces_{0};
 };
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

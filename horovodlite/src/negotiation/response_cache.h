@@ -13,7 +13,7 @@
 
 #include "message.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
 class ResponseCache {
  public:
@@ -54,4 +54,4 @@ class ResponseCache {
   std::set<uint32_t> free_;  // lowest free position first: deterministic on every rank
 };
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

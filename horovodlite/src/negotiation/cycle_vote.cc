@@ -1,10 +1,10 @@
-#include "cache_coordinator.h"
+#include "negotiation/cycle_vote.h"
 
 #include "kernels/reduce.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
-CacheCoordinator::CacheCoordinator(size_t cache_capacity, int world_size)
+CycleVote::CycleVote(size_t cache_capacity, int world_size)
     : words_((cache_capacity + 63) / 64),
       rank_words_((static_cast<size_t>(world_size) + 63) / 64),
       world_size_(world_size),
@@ -16,13 +16,13 @@ CacheCoordinator::CacheCoordinator(size_t cache_capacity, int world_size)
       bit_words_(hits_ + words_),
       bits_(bit_words_, 0) {}
 
-void CacheCoordinator::reset() {
+void CycleVote::reset() {
   slots_.clear();
   slot_word_.clear();
   bits_.assign(bit_words_, 0);
 }
 
-void CacheCoordinator::set_slots(const std::vector<Slot>& slots) {
+void CycleVote::set_slots(const std::vector<Slot>& slots) {
   slots_ = slots;
   slot_word_.clear();
   size_t words = 0;
@@ -34,7 +34,7 @@ void CacheCoordinator::set_slots(const std::vector<Slot>& slots) {
   bits_.resize(bit_words_ + words, 0);
 }
 
-void CacheCoordinator::combine(const uint64_t* in, uint64_t* inout) const {
+void CycleVote::combine(const uint64_t* in, uint64_t* inout) const {
   for (size_t w = 0; w < bit_words_; ++w) inout[w] &= in[w];
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
@@ -43,14 +43,14 @@ void CacheCoordinator::combine(const uint64_t* in, uint64_t* inout) const {
   }
 }
 
-void CacheCoordinator::record_shutdown(int rank) {
+void CycleVote::record_shutdown(int rank) {
   set(kShouldShutDown);
   set_bit(requesters_, static_cast<uint32_t>(rank));
 }
 
-void CacheCoordinator::record_exiting(int rank) { set_bit(exiters_, static_cast<uint32_t>(rank)); }
+void CycleVote::record_exiting(int rank) { set_bit(exiters_, static_cast<uint32_t>(rank)); }
 
-Status CacheCoordinator::sync(RecursiveDoubling& exchange) {
+Status CycleVote::sync(RecursiveDoubling& exchange) {
   for (size_t w = 0; w < or_words_; ++w) bits_[w] = ~bits_[w];
   HVL_RETURN_IF_ERROR(
       exchange.run(bits_.data(), bits_.size(), [this](const uint64_t* in, uint64_t* inout) { combine(in, inout); }));
@@ -58,7 +58,7 @@ Status CacheCoordinator::sync(RecursiveDoubling& exchange) {
   return Status::OK();
 }
 
-std::vector<uint32_t> CacheCoordinator::invalid() const {
+std::vector<uint32_t> CycleVote::invalid() const {
   std::vector<uint32_t> out;
   for (size_t w = 0; w < words_; ++w) {
     for (uint64_t b = bits_[invalid_ + w]; b; b &= b - 1)
@@ -67,7 +67,7 @@ std::vector<uint32_t> CacheCoordinator::invalid() const {
   return out;
 }
 
-std::vector<uint32_t> CacheCoordinator::hits() const {
+std::vector<uint32_t> CycleVote::hits() const {
   std::vector<uint32_t> out;
   for (size_t w = 0; w < words_; ++w) {
     for (uint64_t b = bits_[hits_ + w] & ~bits_[invalid_ + w]; b; b &= b - 1) {
@@ -77,11 +77,11 @@ std::vector<uint32_t> CacheCoordinator::hits() const {
   return out;
 }
 
-std::vector<int> CacheCoordinator::ranks_in(size_t word_offset) const {
+std::vector<int> CycleVote::ranks_in(size_t word_offset) const {
   std::vector<int> out;
   for (int r = 0; r < world_size_; ++r)
     if (bits_[word_offset + r / 64] & (uint64_t(1) << (r % 64))) out.push_back(r);
   return out;
 }
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

@@ -1,10 +1,10 @@
-#include "stall_inspector.h"
+#include "negotiation/stall_inspector.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
 namespace {
 
@@ -19,12 +19,6 @@ std::string fmt_seconds(StallInspector::Clock::duration d) {
 }
 
 }  // namespace
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
-  return os.str();
-}
 
 StallInspector::StallInspector(const Config& config)
     : enabled_(!config.stall_check_disable),
@@ -47,7 +41,7 @@ bool StallInspector::due(Clock::time_point now) {
   return true;
 }
 
-StallInspector::Report StallInspector::check(const std::vector<Coordinator::PendingInfo>& pending,
+StallInspector::Report StallInspector::check(const std::vector<ReadinessTable::PendingInfo>& pending,
                                              const std::function<Clock::time_point(const std::string&)>& local_since,
                                              Clock::time_point now, const std::string& where) {
   Report report;
@@ -87,4 +81,4 @@ StallInspector::Report StallInspector::check(const std::vector<Coordinator::Pend
   return report;
 }
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

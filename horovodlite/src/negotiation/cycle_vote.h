@@ -1,4 +1,4 @@
-// The cycle's one agreement, as Horovod's CacheCoordinator (response_cache.h): a
+// CycleVote: the cycle's one agreement (Horovod's CacheCoordinator, response_cache.h): a
 // bit vector that every rank fills in and that one bitwise-AND allreduce makes the
 // same everywhere. It holds
 //   - named status bits (word 0), true after sync() if any rank set them;
@@ -21,9 +21,9 @@
 #include "horovodlite/common.h"
 #include "recursive_doubling.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
-class CacheCoordinator {
+class CycleVote {
  public:
   enum StatusBit : uint64_t {
     kShouldShutDown = uint64_t(1) << 0,   // some rank asks every rank to stop
@@ -31,9 +31,9 @@ class CacheCoordinator {
     kJoined = uint64_t(1) << 2,           // some rank has joined: no hits this cycle
   };
 
-  CacheCoordinator(size_t cache_capacity, int world_size);
-  CacheCoordinator(const CacheCoordinator&) = delete;
-  CacheCoordinator& operator=(const CacheCoordinator&) = delete;
+  CycleVote(size_t cache_capacity, int world_size);
+  CycleVote(const CycleVote&) = delete;
+  CycleVote& operator=(const CycleVote&) = delete;
 
   // Clears every bit (the start of a cycle).
   void reset();
@@ -88,4 +88,4 @@ class CacheCoordinator {
   std::vector<size_t> slot_word_;  // each slot's first word after the bits
 };
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

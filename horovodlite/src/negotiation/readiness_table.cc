@@ -1,13 +1,13 @@
-#include "coordinator.h"
+#include "negotiation/readiness_table.h"
 
 #include <algorithm>
 #include <functional>
 #include <limits>
 #include <sstream>
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
-Coordinator::Coordinator(int size, std::vector<int> global_ranks, std::string where)
+ReadinessTable::ReadinessTable(int size, std::vector<int> global_ranks, std::string where)
     : size_(size), global_(std::move(global_ranks)), where_(std::move(where)), joined_(size, false) {
   if (global_.size() != static_cast<size_t>(size)) {
     global_.resize(static_cast<size_t>(size));
@@ -15,7 +15,7 @@ Coordinator::Coordinator(int size, std::vector<int> global_ranks, std::string wh
   }
 }
 
-void Coordinator::add(int rank, const std::vector<Request>& requests) {
+void ReadinessTable::add(int rank, const std::vector<Request>& requests) {
   for (const Request& q : requests) {
     if (q.type == OpType::kJoin) {
       if (!joined_[rank]) {
@@ -48,7 +48,7 @@ void Coordinator::add(int rank, const std::vector<Request>& requests) {
   }
 }
 
-bool Coordinator::agreed_group(const std::string& name, const Pending& p, uint64_t* group, Response* err) const {
+bool ReadinessTable::agreed_group(const std::string& name, const Pending& p, uint64_t* group, Response* err) const {
   int first = 0;
   while (!p.has[first]) ++first;
   const Request& q0 = p.by_rank[first];
@@ -78,7 +78,7 @@ bool Coordinator::agreed_group(const std::string& name, const Pending& p, uint64
   return false;
 }
 
-bool Coordinator::group_complete(const Group& g, uint64_t id) const {
+bool ReadinessTable::group_complete(const Group& g, uint64_t id) const {
   if (static_cast<int32_t>(g.members.size()) < g.size) return false;
   for (const std::string& name : g.members) {
     auto it = table_.find(name);
@@ -90,7 +90,7 @@ bool Coordinator::group_complete(const Group& g, uint64_t id) const {
   return true;
 }
 
-void Coordinator::emit_group(uint64_t id, std::vector<Response>* out) {
+void ReadinessTable::emit_group(uint64_t id, std::vector<Response>* out) {
   Group g = std::move(groups_[id]);
   groups_.erase(id);
   std::vector<Response> built;
@@ -122,7 +122,7 @@ void Coordinator::emit_group(uint64_t id, std::vector<Response>* out) {
   out->insert(out->end(), std::make_move_iterator(built.begin()), std::make_move_iterator(built.end()));
 }
 
-void Coordinator::forget(const std::string& name) {
+void ReadinessTable::forget(const std::string& name) {
   auto it = table_.find(name);
   if (it == table_.end()) return;
   for (int r = 0; r < size_; ++r) {
@@ -136,14 +136,14 @@ void Coordinator::forget(const std::string& name) {
   table_.erase(it);
 }
 
-bool Coordinator::ready(const Pending& p) const {
+bool ReadinessTable::ready(const Pending& p) const {
   for (int r = 0; r < size_; ++r) {
     if (!p.has[r] && !joined_[r]) return false;
   }
   return true;
 }
 
-std::vector<Response> Coordinator::take_ready() {
+std::vector<Response> ReadinessTable::take_ready() {
   std::vector<Response> out;
   std::vector<std::string> still;
   for (const std::string& name : arrival_) {
@@ -181,7 +181,7 @@ std::vector<Response> Coordinator::take_ready() {
   return out;
 }
 
-std::vector<Coordinator::PendingInfo> Coordinator::pending() const {
+std::vector<ReadinessTable::PendingInfo> ReadinessTable::pending() const {
   std::vector<PendingInfo> out;
   for (const std::string& name : arrival_) {
     auto it = table_.find(name);
@@ -200,7 +200,7 @@ std::vector<Coordinator::PendingInfo> Coordinator::pending() const {
   return out;
 }
 
-void Coordinator::drop(const std::string& name) { forget(name); }
+void ReadinessTable::drop(const std::string& name) { forget(name); }
 
 namespace {
 
@@ -230,7 +230,7 @@ std::string fmt_double(double d) {
 
 }  // namespace
 
-Response Coordinator::build(const std::string& name, const Pending& p) const {
+Response ReadinessTable::build(const std::string& name, const Pending& p) const {
   int first = 0;
   while (!p.has[first]) ++first;
   const Request& q0 = p.by_rank[first];
@@ -335,108 +335,4 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
   return s;
 }
 
-int64_t response_bytes(const Response& r) {
-  const auto elem = static_cast<int64_t>(dtype_size(r.dtype));
-  switch (r.type) {
-    case OpType::kAllgather: {  // the gathered output: every rank's rows
-      int64_t rows = 0;
-      for (int64_t s : r.tensor_sizes) rows += s;
-      int64_t row = 1;
-      for (size_t i = 1; i < r.shape.size(); ++i) row *= r.shape[i];
-      return rows * row * elem;
-    }
-    case OpType::kReducescatter:  // the input, which goes through the fusion buffer
-      return num_elements(r.shape) * elem;
-    default: {
-      int64_t n = 0;
-      for (int64_t s : r.tensor_sizes) n += s;
-      return n * elem;
-    }
-  }
-}
-
-namespace {
-
-// The responses with each group's members moved next to its first member.
-std::vector<Response> group_adjacent(const std::vector<Response>& in) {
-  std::unordered_map<uint64_t, std::vector<size_t>> members;
-  bool any = false;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i].group_id != 0 && in[i].type != OpType::kError) {
-      members[in[i].group_id].push_back(i);
-      any = true;
-    }
-  }
-  if (!any) return in;
-  std::vector<Response> out;
-  out.reserve(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    const Response& r = in[i];
-    if (r.group_id == 0 || r.type == OpType::kError) {
-      out.push_back(r);
-      continue;
-    }
-    auto it = members.find(r.group_id);
-    if (it == members.end()) continue;  // already placed with its group
-    for (size_t j : it->second) out.push_back(in[j]);
-    members.erase(it);
-  }
-  return out;
-}
-
-bool fusable(OpType t) { return t == OpType::kAllreduce || t == OpType::kAllgather || t == OpType::kReducescatter; }
-
-// Whether r may join the fused response b (same op and parameters).
-bool compatible(const Response& b, const Response& r) {
-  if (b.type != r.type || b.dtype != r.dtype || b.device != r.device) return false;
-  switch (r.type) {
-    case OpType::kAllreduce:
-      return b.reduce_op == r.reduce_op && b.prescale == r.prescale && b.postscale == r.postscale &&
-             b.compression == r.compression;
-    case OpType::kReducescatter:
-      // The device algorithms run one tensor at a time: only host tensors fuse.
-      return r.device == kCpuDevice && b.reduce_op == r.reduce_op && b.prescale == r.prescale &&
-             b.postscale == r.postscale;
-    case OpType::kAllgather:
-      return r.device == kCpuDevice;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
-std::vector<Response> fuse_responses(const std::vector<Response>& in_list, int64_t threshold_bytes,
-                                     bool disable_group_fusion) {
-  const std::vector<Response> in = group_adjacent(in_list);
-  std::vector<Response> out;
-  out.reserve(in.size());
-  int64_t back_bytes = 0;
-  for (const Response& r : in) {
-    const int64_t bytes = fusable(r.type) ? response_bytes(r) : 0;
-    if (bytes >= kFuseAloneBytes || r.reduced != nullptr) {
-      // Large enough to amortise a collective's start-up on its own: run in
-      // place, without the two copies through the fusion buffer. (An eager
-      // allreduce is already reduced: it only needs its copy out.)
-      out.push_back(r);
-      back_bytes = std::numeric_limits<int64_t>::max() / 2;  // nothing joins it either
-      continue;
-    }
-    if (!out.empty() && threshold_bytes > 0 && fusable(r.type)) {
-      Response& b = out.back();
-      // HOROVOD_DISABLE_GROUP_FUSION: a group's tensors fuse only with each other.
-      const bool same_group = !disable_group_fusion || b.group_id == r.group_id;
-      if (same_group && compatible(b, r) && back_bytes + bytes <= threshold_bytes) {
-        b.names.insert(b.names.end(), r.names.begin(), r.names.end());
-        b.tensor_sizes.insert(b.tensor_sizes.end(), r.tensor_sizes.begin(), r.tensor_sizes.end());
-        back_bytes += bytes;
-        continue;
-      }
-    }
-    out.push_back(r);
-    back_bytes = bytes;
-  }
-  return out;
-}
-
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation

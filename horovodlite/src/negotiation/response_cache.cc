@@ -1,6 +1,6 @@
-#include "response_cache.h"
+#include "negotiation/response_cache.h"
 
-namespace horovodlite {
+namespace horovodlite::negotiation {
 
 void ResponseCache::set_capacity(size_t capacity) {
   slots_.assign(capacity, Slot{});
@@ -64,4 +64,4 @@ void ResponseCache::erase(uint32_t position) {
   free_.insert(position);
 }
 
-}  // namespace horovodlite
+}  // namespace horovodlite::negotiation
