@@ -269,7 +269,9 @@ class RayExecutor:
                     failed[index_of[ref]] = e
             ranks = sorted(failed)
             first = failed[ranks[0]]
-            cause = getattr(first, "cause", None) or first
+            cause = getattr(first, "cause", None)  # a RayTaskError's original exception
+            if not isinstance(cause, BaseException):
+                cause = first  # e.g. RayActorError: the worker died
             note = ""
             if pending:
                 note = ("; ranks %s did not finish within %.0f s after it and the workers were shut down "

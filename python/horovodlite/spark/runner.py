@@ -122,6 +122,14 @@ def _make_task(addr, port, start_timeout, user_env, executable, verbose):
                 _end(proc)
             for p in pumps:
                 p.join(timeout=5)
+        if outcome is None and proc.returncode != 0:
+            try:
+                if client.get(SCOPE, "result/%d" % slot.rank) is None:
+                    # Died without a word (a signal, os._exit, a crash in native code).
+                    client.put(SCOPE, "failed/%d" % slot.rank, "the rank's process (Spark task %d on %s) exited "
+                               "with %s before fn returned\n" % (index, slot.hostname, _exit_text(proc.returncode)))
+            except OSError:
+                pass
         return iter([(index, slot.rank, outcome or "exit %d" % proc.returncode)])
 
     return task
@@ -154,6 +162,16 @@ def _put_out(client, rank, name, seq, lines):
         client.put(SCOPE, "out/%d/%s/%d" % (rank, name, seq), b"".join(lines))
     except OSError:
         pass  # the driver is gone; the rank is ended by the task's loop
+
+
+def _exit_text(code):
+    if code < 0:
+        import signal
+        try:
+            return "signal %s" % signal.Signals(-code).name
+        except ValueError:
+            return "signal %d" % -code
+    return "exit code %d" % code
 
 
 def _end(proc):

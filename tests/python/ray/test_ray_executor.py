@@ -105,6 +105,15 @@ def test_exception_names_rank_and_ends_the_workers(tmp_path):
     ex.shutdown()
 
 
+def test_worker_dying_without_exception_is_named(tmp_path):
+    ex = executor(2)
+    with pytest.raises(RayJobError, match="rank 1") as info:
+        ex.run(et.fail_on, args=(1, str(tmp_path), "exit"))
+    assert info.value.ranks == [1]
+    assert not ex.workers, "the blocked worker must be shut down"
+    assert et.wait_pids_gone(str(tmp_path)) == [], "workers left running after the failure"
+
+
 def test_second_executor_in_the_same_ray_session():
     for _ in range(2):
         ex = executor(2)

@@ -79,6 +79,13 @@ def test_exception_names_rank_and_ends_the_others(spark, tmp_path):
     assert [r["HOROVOD_RANK"] for r in horovodlite.spark.run(et.identity, num_proc=2, verbose=0)] == ["0", "1"]
 
 
+def test_rank_dying_without_exception_is_named(spark, tmp_path):
+    with pytest.raises(horovodlite.spark.SparkJobError, match=r"rank 0 .*exited with exit code 7") as info:
+        horovodlite.spark.run(et.fail_on, args=(0, str(tmp_path), "exit"), num_proc=2, verbose=0)
+    assert info.value.ranks == [0]
+    assert et.wait_pids_gone(str(tmp_path)) == [], "ranks left running after the failure"
+
+
 def test_start_timeout_says_how_many_started(spark):
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match=r"0 of %d started" % (SLOTS + 1)):
