@@ -1,7 +1,6 @@
 """horovodlite.runner.worker_env: the ranks and variables Spark and Ray workers get."""
 
 import pytest
-
 from horovodlite.runner import worker_env
 
 
