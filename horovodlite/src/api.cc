@@ -68,7 +68,7 @@ HandlePtr failed(const std::string& name, Status s) {
 std::string auto_name(const std::string& name, const char* op, const ProcessSet& set) {
   if (!name.empty()) return name;
   auto rt = current();
-  const uint64_t n = rt ? rt->next_serial(set.id(), false) : g_noname.fetch_add(1);
+  const uint64_t n = rt ? rt->process_sets().next_serial(set.id(), false) : g_noname.fetch_add(1);
   return std::string(op) + ".noname." + std::to_string(n);
 }
 
@@ -83,7 +83,7 @@ struct SetView {
 SetView view_of(const ProcessSet& set) {
   SetView v;
   auto rt = current();
-  if (rt && rt->set_info(set.id(), &v.ranks, &v.rank)) v.member = v.rank >= 0;
+  if (rt && rt->process_sets().set_info(set.id(), &v.ranks, &v.rank)) v.member = v.rank >= 0;
   return v;
 }
 
@@ -239,7 +239,7 @@ Status add_process_set(const std::vector<int>& ranks, ProcessSet* out) {
   auto id = std::make_shared<int32_t>(-1);
   Runtime* r = rt.get();
   HVL_RETURN_IF_ERROR(run_set_change(rt, "horovodlite.process_set.add." + std::to_string(g_set_changes.fetch_add(1)),
-                                     [r, ranks, id] { return r->register_set(ranks, id.get()); }));
+                                     [r, ranks, id] { return r->process_sets().register_set(ranks, id.get()); }));
   if (out) *out = ProcessSet(*id);
   return Status::OK();
 }
@@ -251,14 +251,14 @@ Status remove_process_set(const ProcessSet& set) {
   Runtime* r = rt.get();
   const int32_t id = set.id();
   return run_set_change(rt, "horovodlite.process_set.remove." + std::to_string(g_set_changes.fetch_add(1)),
-                        [r, id] { return r->unregister_set(id); });
+                        [r, id] { return r->process_sets().unregister_set(id); });
 }
 
 std::vector<ProcessSet> process_sets() {
   std::vector<ProcessSet> out;
   auto rt = current();
   if (!rt) return out;
-  for (int32_t id : rt->set_ids()) out.emplace_back(id);
+  for (int32_t id : rt->process_sets().set_ids()) out.emplace_back(id);
   return out;
 }
 
@@ -267,21 +267,21 @@ bool ProcessSet::included() const { return rank() >= 0; }
 int ProcessSet::rank() const {
   auto rt = current();
   int r = -1;
-  if (!rt || !rt->set_info(id_, nullptr, &r)) return -1;
+  if (!rt || !rt->process_sets().set_info(id_, nullptr, &r)) return -1;
   return r;
 }
 
 int ProcessSet::size() const {
   auto rt = current();
   std::vector<int> ranks;
-  if (!rt || !rt->set_info(id_, &ranks, nullptr)) return -1;
+  if (!rt || !rt->process_sets().set_info(id_, &ranks, nullptr)) return -1;
   return static_cast<int>(ranks.size());
 }
 
 std::vector<int> ProcessSet::ranks() const {
   auto rt = current();
   std::vector<int> ranks;
-  if (rt) rt->set_info(id_, &ranks, nullptr);
+  if (rt) rt->process_sets().set_info(id_, &ranks, nullptr);
   return ranks;
 }
 
@@ -404,6 +404,23 @@ Status reducescatter_entry(const std::string& name, const TensorView& input, Out
   return Status::OK();
 }
 
+std::string device_name(int device) {
+  return device == kCpuDevice ? std::string("the CPU") : "cuda:" + std::to_string(device);
+}
+
+// The tensors of a grouped op run as one fused batch on one device kind: a group
+// mixing host and device tensors (or two GPUs) is an error, as in Horovod, naming
+// the first tensor and the first one on another device. Checked before the
+// tensors themselves, so that it is the error reported.
+Status check_group_device(const std::string& what, const std::vector<std::string>& names,
+                          const std::vector<TensorView>& inputs, size_t i) {
+  if (i == 0 || inputs[i].device == inputs[0].device) return Status::OK();
+  return Status::InvalidArgument(what + ": all tensors must be on one device, but '" +
+                                 names[0] + "' is on " + device_name(inputs[0].device) + " and '" + names[i] +
+                                 "' on " + device_name(inputs[i].device) +
+                                 " (move them to one device, or use one grouped op per device)");
+}
+
 HandlePtr submit_or_fail(const std::string& name, Status s, std::unique_ptr<TensorEntry> e, const ProcessSet& set) {
   return s.ok() ? submit(std::move(e), set) : failed(name, std::move(s));
 }
@@ -411,10 +428,12 @@ HandlePtr submit_or_fail(const std::string& name, Status s, std::unique_ptr<Tens
 // A grouped op: names (auto-named), the group's id, one entry per member from
 // make(i, name, ready, &entry); every handle fails if one member is bad.
 std::vector<HandlePtr> submit_group(
-    const char* op, std::vector<std::string> names, size_t count, size_t second_count, const char* second,
+    const char* op, std::vector<std::string> names, const std::vector<TensorView>& inputs, size_t second_count,
+    const char* second,
     const std::vector<ReadyEventPtr>& ready, const std::vector<std::string>& group, const ProcessSet& set,
     const std::function<Status(size_t, const std::string&, ReadyEventPtr, std::unique_ptr<TensorEntry>*)>& make) {
   const std::string what = std::string("grouped_") + op;
+  const size_t count = inputs.size();
   auto fail_all = [&](const Status& s) {
     std::vector<HandlePtr> handles;
     for (size_t i = 0; i < std::max<size_t>(count, 1); ++i)
@@ -449,7 +468,8 @@ std::vector<HandlePtr> submit_group(
   const uint64_t id = group_id_of(members);
   std::vector<std::unique_ptr<TensorEntry>> entries(count);
   for (size_t i = 0; i < count; ++i) {
-    Status s = make(i, names[i], ready.empty() ? nullptr : ready[i], &entries[i]);
+    Status s = check_group_device(what, names, inputs, i);
+    if (s.ok()) s = make(i, names[i], ready.empty() ? nullptr : ready[i], &entries[i]);
     if (!s.ok()) return fail_all(s);
     entries[i]->request.group_id = id;
     entries[i]->request.group_size = static_cast<int32_t>(members.size());
@@ -492,7 +512,7 @@ std::vector<HandlePtr> grouped_allreduce_async(const std::vector<std::string>& n
                                                const std::vector<TensorView>& outputs, const AllreduceOptions& options,
                                                const std::vector<ReadyEventPtr>& ready,
                                                const std::vector<std::string>& group) {
-  return submit_group("allreduce", names, inputs.size(), outputs.size(), "outputs", ready, group, options.process_set,
+  return submit_group("allreduce", names, inputs, outputs.size(), "outputs", ready, group, options.process_set,
                       [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
                         return allreduce_entry(name, inputs[i], outputs[i], options, std::move(r), e);
                       });
@@ -503,7 +523,7 @@ std::vector<HandlePtr> grouped_allgather_async(const std::vector<std::string>& n
                                                const std::vector<OutputAllocator>& allocators,
                                                const std::vector<ReadyEventPtr>& ready,
                                                const std::vector<std::string>& group, const ProcessSet& process_set) {
-  return submit_group("allgather", names, inputs.size(), allocators.size(), "allocators", ready, group, process_set,
+  return submit_group("allgather", names, inputs, allocators.size(), "allocators", ready, group, process_set,
                       [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
                         return allgather_entry(name, inputs[i], allocators[i], std::move(r), e);
                       });
@@ -515,7 +535,7 @@ std::vector<HandlePtr> grouped_reducescatter_async(const std::vector<std::string
                                                    const ReducescatterOptions& options,
                                                    const std::vector<ReadyEventPtr>& ready,
                                                    const std::vector<std::string>& group) {
-  return submit_group("reducescatter", names, inputs.size(), allocators.size(), "allocators", ready, group,
+  return submit_group("reducescatter", names, inputs, allocators.size(), "allocators", ready, group,
                       options.process_set,
                       [&](size_t i, const std::string& name, ReadyEventPtr r, std::unique_ptr<TensorEntry>* e) {
                         return reducescatter_entry(name, inputs[i], allocators[i], options, std::move(r), e);
@@ -624,7 +644,7 @@ HandlePtr barrier_async(const BarrierOptions& options) {
   none.dtype = DataType::kUInt8;
   none.shape = {0};
   auto rt = current();
-  const uint64_t n = rt ? rt->next_serial(options.process_set.id(), true) : 0;
+  const uint64_t n = rt ? rt->process_sets().next_serial(options.process_set.id(), true) : 0;
   return submit(make_entry(OpType::kBarrier, "horovodlite.barrier." + std::to_string(n), none), options.process_set);
 }
 

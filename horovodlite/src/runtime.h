@@ -1,7 +1,9 @@
-// The runtime: owns the background thread and its lifecycle and the process
-// sets, each with its queue of new requests, its table of ops in flight, its
-// controller (negotiation over the set's communicator) and its executor; the
-// global set (id 0) is one of them. The single global handle to it lives in api.cc.
+// The runtime: the background thread and its lifecycle (start, stop, a peer
+// exiting, the watchdog firing), the enqueue of new ops, and each cycle: every
+// set's negotiation (its Controller), then "execute, then complete" for each
+// agreed response. The process sets, with their queues and tables of ops in
+// flight, are its ProcessSetTable (process_set_table.h); the timeline watches the
+// executions (timeline_observer.h). The single global handle to it lives in api.cc.
 //
 // Why process sets cannot deadlock: every cycle, every rank runs the global
 // set's negotiation first (all ranks take part), then the cycle of each set it is
@@ -19,25 +21,20 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <map>
+#include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "autotune/autotuner.h"
 #include "entry.h"
-#include "execution_observer.h"
-#include "executor.h"
 #include "horovodlite/config.h"
 #include "horovodlite/horovodlite.h"
 #include "mpi_context.h"
-#include "negotiation/controller.h"
-#include "process_set_state.h"
+#include "process_set_table.h"
 #include "timeline.h"
+#include "timeline_observer.h"
 #include "watchdog.h"
 
 namespace horovodlite {
@@ -47,28 +44,18 @@ class Runtime {
   static Status start(const InitOptions& options, std::shared_ptr<Runtime>* out);
   ~Runtime();
 
-  // Takes ownership of the entry and returns its handle (already completed with an
-  // error if the name is in flight on the set, the set is unknown or this rank is
-  // not a member, or the runtime has stopped). The request's rank becomes this
-  // rank's rank in the set.
-  HandlePtr enqueue(std::unique_ptr<TensorEntry> entry, int32_t set_id);
+  // Takes ownership of the entry and returns its handle (see ProcessSetTable::enqueue).
+  HandlePtr enqueue(std::unique_ptr<TensorEntry> entry, int32_t set_id) {
+    return sets_->enqueue(std::move(entry), set_id);
+  }
   // The members of a grouped op, enqueued atomically on one set (the background
   // thread drains them in one cycle). All fail if one cannot be enqueued.
-  std::vector<HandlePtr> enqueue_group(std::vector<std::unique_ptr<TensorEntry>> entries, int32_t set_id);
+  std::vector<HandlePtr> enqueue_group(std::vector<std::unique_ptr<TensorEntry>> entries, int32_t set_id) {
+    return sets_->enqueue_group(std::move(entries), set_id);
+  }
+  // The process sets: registration, look-ups (thread-safe).
+  ProcessSetTable& process_sets() { return *sets_; }
 
-  // The set's ranks and this rank's rank in it (-1: not a member); false if no
-  // set has this id.
-  bool set_info(int32_t set_id, std::vector<int>* ranks, int* rank);
-  std::vector<int32_t> set_ids();
-  // The next serial number for unnamed ops (or barriers) on the set: per set, so
-  // that names agree across its members whatever other sets they use.
-  uint64_t next_serial(int32_t set_id, bool barrier);
-
-  // Collective over every rank of the global set: at init (before the background
-  // thread) or on the background thread as the action of the global response of
-  // add_process_set()/remove_process_set() (every rank at the same point).
-  Status register_set(std::vector<int> ranks, int32_t* id);
-  Status unregister_set(int32_t id);
   // Asks every rank to stop (through the next cycle) and joins the thread.
   // exiting: the process is exiting without shutdown(); the other ranks' ops
   // fail with a message naming this rank.
@@ -76,10 +63,7 @@ class Runtime {
   // Asks every rank to stop (through the next cycle) without waiting.
   void request_stop();
   // Whether the runtime has stopped (shut down here or by a peer, or failed).
-  bool stopped() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stopped_;
-  }
+  bool stopped() { return sets_->closed(); }
   // Whether the caller is the background thread (which cannot join itself).
   bool on_background_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
@@ -92,62 +76,34 @@ class Runtime {
   Stats stats() const;
 
  private:
+  using Clock = std::chrono::steady_clock;
   Runtime() = default;
+  // start(), once the configuration is read: every rank agrees on the settings
+  // that size the negotiation, and on whether the timeline opened.
+  Status agree_on_settings();
   void loop();
   // One negotiation cycle; false once the runtime has shut down.
   bool cycle();
   // One set's negotiation and its responses; false if the runtime must stop.
   bool cycle_set(ProcessSetState& set, bool global);
-  void run(ProcessSetState& set, const Response& response, std::chrono::steady_clock::time_point ready);
+  // Execute, then complete: one agreed response.
+  void run(ProcessSetState& set, const Response& response, Clock::time_point ready);
+  // The execution of one response: the process-set change of a global barrier,
+  // or the executor (timed for the timeline, under the watchdog).
+  OpResult execute(ProcessSetState& set, const Response& response, const std::vector<TensorEntry*>& entries,
+                   Clock::time_point ready);
+  // Counters, logs and the stall reason an error response carries.
+  void account(const Response& response, const OpResult& result);
+  // Removes the entries from the set's table and completes their handles.
+  void complete(ProcessSetState& set, const Response& response, OpResult result);
   void abort_all(const Status& status);
-  // The controller of a member's set, built on the set's communicator.
-  std::unique_ptr<negotiation::Controller> make_controller(ProcessSetState& set);
-  // The controller's view of this rank's ops in flight (see negotiation::Controller::LocalLookup).
-  // Under mu_: why `name` cannot be enqueued on the set (stopped, unknown set, not a
-  // member, being removed, in flight), or OK and *out = the set.
-  Status check_enqueue_locked(int32_t set_id, const std::string& name, ProcessSetState** out);
-  bool find_local(ProcessSetState& set, const std::string& name, Request* request,
-                  std::chrono::steady_clock::time_point* enqueued);
-  // Drains and destroys a set's executor, controller and communicators.
-  static void destroy(std::unique_ptr<ProcessSetState> set);
   // The message ops in flight complete with when the job shuts down.
   std::string shutdown_message(const std::vector<int>& requesters, const std::vector<int>& exiting) const;
-  // At a global shutdown (collective over every rank): the stall reason that
-  // members of a process set learned from its stall error goes to every rank, so
-  // that ranks outside the set fail their ops with it too.
-  Status share_stall_reason();
   // The watchdog fired: a peer died or hung. Fails every op and aborts the job.
   void on_peer_timeout(const std::string& step, double waited_s);
 
-  // Times the executor's phases for the timeline.
-  class TimelineObserver : public ExecutionObserver {
-   public:
-    explicit TimelineObserver(Timeline& timeline) : timeline_(timeline) {}
-    void phase_start(const Response& response, const char* phase) override;
-    void phase_end(const Response& response, const char* phase) override;
-    bool saw_phase = false;
-    std::string prefix;  // the set's timeline prefix (ProcessSetState::timeline_prefix)
-
-   private:
-    Timeline& timeline_;
-    std::chrono::steady_clock::time_point start_;
-  };
-
   Config config_;
   MpiContext mpi_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  // Every registered set by id (0: global). Changed only at init and on the
-  // background thread; read under mu_ elsewhere.
-  std::map<int32_t, std::unique_ptr<ProcessSetState>> sets_;
-  ProcessSetState* global_ = nullptr;
-  int32_t next_set_id_ = 1;  // the same on every rank (sets change in the same order)
-  bool shutdown_requested_ = false;
-  bool exiting_ = false;
-  bool stopped_ = false;
-  Status stop_reason_;
-
   Timeline timeline_;  // internally synchronised (start/stop from any thread)
   TimelineObserver observer_{timeline_};
   std::unique_ptr<Watchdog> watchdog_;
@@ -157,6 +113,11 @@ class Runtime {
   std::unique_ptr<autotune::Autotuner> tuner_;
   // The tuner's parameters go out with this cycle's vote; applied after it.
   void apply_tuning(const autotune::Params& p);
+  std::unique_ptr<ProcessSetTable> sets_;
+
+  // Set by any thread; the background thread reads them each cycle.
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> exiting_{false};
 
   std::string stall_reason_;  // background thread: why a stall shutdown happens (every rank)
   // Background thread: the last cycle took new requests or ran responses (see loop()).

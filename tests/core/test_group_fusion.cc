@@ -268,15 +268,21 @@ TEST(GroupFusion, DisableGroupFusionKeepsEachGroupApart) {
   };
   std::map<std::string, uint64_t> group_of;
   for (const Request& q : requests) group_of[q.name] = q.group_id;
-  auto lookup = [&](const std::string& name, Request* out, negotiation::Controller::Clock::time_point* since) {
-    for (const Request& q : requests) {
-      if (q.name != name) continue;
-      if (out) *out = q;
-      if (since) *since = negotiation::Controller::Clock::now();
-      return true;
+  // This rank's ops in flight, as the controller reads them.
+  struct Local : negotiation::LocalOps {
+    const std::vector<Request>& requests;
+    explicit Local(const std::vector<Request>& r) : requests(r) {}
+    bool find(const std::string& name, Request* out, Clock::time_point* since) const override {
+      for (const Request& q : requests) {
+        if (q.name != name) continue;
+        if (out) *out = q;
+        if (since) *since = Clock::now();
+        return true;
+      }
+      return false;
     }
-    return false;
-  };
+    const void* host_input(const std::string&) const override { return nullptr; }
+  } lookup(requests);
   using Names = std::vector<std::string>;
   for (bool disable : {false, true}) {
     Config config;

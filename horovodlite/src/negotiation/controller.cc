@@ -11,13 +11,13 @@
 namespace horovodlite::negotiation {
 
 Controller::Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
-                       LocalLookup local, SetIdentity identity)
+                       const LocalOps& local, SetIdentity identity)
     : comm_(comm),
       identity_(std::move(identity)),
       config_(config),
       timeline_(timeline),
       watchdog_(watchdog),
-      local_(std::move(local)),
+      local_(local),
       readiness_(comm.rank == 0 ? std::make_unique<ReadinessTable>(comm.size, identity_.global_ranks, identity_.where)
                                 : nullptr),
       exchange_(comm.host_ordered != MPI_COMM_NULL ? comm.host_ordered : comm.comm, comm.eager_message_bytes),
@@ -124,7 +124,7 @@ void Controller::accept(std::vector<Request> requests, Clock::time_point now) {
 std::vector<CycleVote::Slot> Controller::plan_eager() {
   eager_.clear();
   std::vector<CycleVote::Slot> slots;
-  if (config_.eager_allreduce_bytes <= 0 || !local_input_ || hits_last_.empty() || hits_last_ != hits_before_) {
+  if (config_.eager_allreduce_bytes <= 0 || hits_last_.empty() || hits_last_ != hits_before_) {
     return slots;
   }
   int64_t bytes = 0;
@@ -146,7 +146,7 @@ std::vector<CycleVote::Slot> Controller::plan_eager() {
 void Controller::write_eager(const Request& q, uint32_t pos) {
   const auto it = std::lower_bound(eager_.begin(), eager_.end(), pos);
   if (it == eager_.end() || *it != pos) return;
-  const void* input = local_input_(q.name);
+  const void* input = local_.host_input(q.name);
   if (input == nullptr) {  // (cannot happen for a pending host op) no data: not a result anywhere
     votes_.record_invalid(pos);
     return;
@@ -290,7 +290,7 @@ void Controller::inspect_stalls(Clock::time_point now) {
   if (!stall_.due(now)) return;
   auto local_since = [this](const std::string& name) {
     Clock::time_point t;
-    return local_(name, nullptr, &t) ? t : Clock::time_point::max();
+    return local_.find(name, nullptr, &t) ? t : Clock::time_point::max();
   };
   StallInspector::Report report = stall_.check(readiness_->pending(), local_since, now, identity_.where);
   if (!report.warning.empty()) HVL_LOG(kWarning, report.warning);
@@ -308,7 +308,7 @@ void Controller::cache_negotiated(const std::vector<Response>& negotiated) {
   Request request;
   for (const Response& r : negotiated) {
     if (!ResponseCache::cacheable(r.type)) continue;
-    const bool mine = local_(r.names[0], &request, nullptr);
+    const bool mine = local_.find(r.names[0], &request, nullptr);
     cache_.put(r, mine ? &request : nullptr);
   }
 }
@@ -368,6 +368,28 @@ Status Controller::negotiate(std::vector<Response>* out) {
   HVL_MPI_CHECK(MPI_Ibcast(send_buf_.data(), static_cast<int>(resp_len), MPI_BYTE, 0, comm, &req));
   HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
   return decode_responses(reinterpret_cast<const uint8_t*>(send_buf_.data()), send_buf_.size(), out);
+}
+
+Status Controller::share_stall_reason(std::string* reason) {
+  MPI_Request req;
+  watchdog_.enter("shutdown (sharing the stall reason)");
+  struct Leave {
+    Watchdog& w;
+    ~Leave() { w.leave(); }
+  } leave{watchdog_};
+  int from = reason->empty() ? comm_.size : comm_.rank;  // the lowest rank that knows one sends it
+  HVL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &from, 1, MPI_INT, MPI_MIN, comm_.comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallreduce"));
+  if (from == comm_.size) return Status::OK();  // not a stall
+  int64_t len = static_cast<int64_t>(reason->size());
+  HVL_MPI_CHECK(MPI_Ibcast(&len, 1, MPI_INT64_T, from, comm_.comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  std::string shared = *reason;
+  shared.resize(static_cast<size_t>(len));
+  HVL_MPI_CHECK(MPI_Ibcast(shared.data(), static_cast<int>(len), MPI_CHAR, from, comm_.comm, &req));
+  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  if (reason->empty()) *reason = std::move(shared);
+  return Status::OK();
 }
 
 }  // namespace horovodlite::negotiation

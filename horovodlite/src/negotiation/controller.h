@@ -54,15 +54,26 @@
 
 namespace horovodlite::negotiation {
 
+// This rank's own ops in flight on the controller's communicator, as the
+// controller reads them: the owner's table (the runtime's ProcessSetTable), which
+// is safe to read from the background thread while other threads enqueue. The
+// controller takes no lock of its owner's and calls nothing else of it.
+class LocalOps {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~LocalOps() = default;
+  // This rank's request for `name` (copied to *request when not null) and when it
+  // was enqueued (*enqueued when not null); false if this rank has none (it joined).
+  virtual bool find(const std::string& name, Request* request, Clock::time_point* enqueued) const = 0;
+  // This rank's input data for the host op `name` in flight; nullptr if none or
+  // on a device. Valid until the op leaves the table, which happens only on the
+  // background thread (the controller's).
+  virtual const void* host_input(const std::string& name) const = 0;
+};
+
 class Controller {
  public:
   using Clock = std::chrono::steady_clock;
-  // What the controller asks its owner about this rank's own ops in flight: this
-  // rank's request for `name` (copied to *request when not null) and when it was
-  // enqueued (*enqueued when not null); false if this rank has none (it joined).
-  using LocalLookup = std::function<bool(const std::string& name, Request* request, Clock::time_point* enqueued)>;
-  // This rank's input data for the host op `name` in flight; nullptr if none.
-  using LocalInput = std::function<const void*(const std::string& name)>;
 
   // Which process set a controller negotiates for, as messages and the timeline
   // show it. Default: the global set.
@@ -72,10 +83,11 @@ class Controller {
     std::string timeline_prefix;    // the set's timeline rows: prefix + name ("process_set_2/")
   };
 
-  // Negotiates on `comm` (which it does not own); `timeline` and `watchdog`
-  // outlive it. Not collective: nothing is exchanged before the first cycle.
-  Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog, LocalLookup local,
-             SetIdentity identity = {});
+  // Negotiates on `comm` (which it does not own); `timeline`, `watchdog` and
+  // `local` (this rank's ops in flight) outlive it. Not collective: nothing is
+  // exchanged before the first cycle.
+  Controller(const Communicator& comm, const Config& config, Timeline& timeline, Watchdog& watchdog,
+             const LocalOps& local, SetIdentity identity = {});
 
   struct Input {
     std::vector<Request> requests;  // drained from the queue since the last cycle
@@ -101,8 +113,10 @@ class Controller {
   Status compute_responses(Input input, Output* out);
   // Forgets every pending request (the runtime has stopped).
   void clear();
-  // Enables eager allreduces (EAGER_ALLREDUCE_BYTES > 0): how to read inputs.
-  void set_local_input(LocalInput input) { local_input_ = std::move(input); }
+  // At a global shutdown (collective over the communicator): the stall reason
+  // that some ranks know (*reason not empty: members of a process set that
+  // failed a stall) goes to every rank; *reason is left as it is where set.
+  Status share_stall_reason(std::string* reason);
 
   uint64_t negotiations() const { return negotiations_; }
   uint64_t cache_hits() const { return cache_hits_; }
@@ -144,7 +158,7 @@ class Controller {
   const Config& config_;
   Timeline& timeline_;
   Watchdog& watchdog_;
-  LocalLookup local_;
+  const LocalOps& local_;
   std::unique_ptr<ReadinessTable> readiness_;  // rank 0 only
   RecursiveDoubling exchange_;                 // the vote's allreduce
   ResponseCache cache_;
@@ -160,7 +174,6 @@ class Controller {
   // still to come. Their members go to full negotiation (rank 0 holds them).
   std::unordered_map<uint64_t, int32_t> partial_groups_;
   std::string send_buf_, recv_buf_;
-  LocalInput local_input_;
   // The cache positions agreed as hits in the last cycle and the one before (sorted).
   std::vector<uint32_t> hits_last_, hits_before_;
   std::vector<uint32_t> eager_;  // this cycle's eager positions; slot i is eager_[i]

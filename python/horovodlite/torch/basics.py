@@ -6,8 +6,12 @@ import warnings
 
 import torch  # noqa: F401  (loads libtorch before the extension module)
 
+from horovodlite.common import process_sets as _process_sets
 from horovodlite.common.process_sets import ProcessSet, _init_process_sets, _resolve_comm_ranks
 from horovodlite.torch import _C
+
+# The framework-neutral process sets ask the core through this binding.
+_process_sets.set_backend(_C)
 
 Average = _C.AVERAGE
 Sum = _C.SUM
