@@ -20,6 +20,7 @@ See docs/benchmarks_python.md.
 
 import argparse
 import csv
+import importlib.util
 import json
 import os
 import resource
@@ -33,7 +34,19 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "train_bench_worker.py")
-MPI_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]
+
+
+def _job_flags():
+    """JOB_FLAGS from the flags' one source (python/horovodlite/runner/mpi_flags.py),
+    loaded by path: this driver need not have horovodlite importable."""
+    path = os.path.join(HERE, os.pardir, "python", "horovodlite", "runner", "mpi_flags.py")
+    spec = importlib.util.spec_from_file_location("_hvl_mpi_flags", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.JOB_FLAGS
+
+
+MPI_FLAGS = _job_flags()
 
 
 def parse_args(argv):

@@ -22,7 +22,12 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0:det
 export LSAN_OPTIONS="suppressions=$SUPP/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="suppressions=$SUPP/tsan.supp:halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0"
-MPIRUN=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
+# The mpirun flags from their one source (python/horovodlite/runner/mpi_flags.py);
+# the component exclusions only where noted below.
+source "$ROOT/ci/mpirun_flags.sh"
+read -ra JOB_FLAGS <<<"$HVL_MPIRUN_JOB_FLAGS"
+read -ra EXCLUSIONS <<<"$HVL_MPIRUN_EXCLUSIONS"
+MPIRUN=(mpirun "${JOB_FLAGS[@]}"
         -x ASAN_OPTIONS -x LSAN_OPTIONS -x UBSAN_OPTIONS -x TSAN_OPTIONS -x HOROVODLITE_PEER_TIMEOUT_SECONDS)
 # Suites: the core's, and the reliability suite (stall, timeline, bad input).
 RELIABILITY_FILTER='Stall.*:Timeline.*:BadInput.*:Config.*'
@@ -40,7 +45,7 @@ run_kind() {
   local kind=$1 dir=$2 t0 t1
   # Under TSan, Open MPI 4.1's MPI_Init segfaults (inside Open MPI) when run with
   # "--mca btl ^openib"; the default BTL selection works. ASan is fine with it.
-  if [ "$kind" = address ]; then MPIRUN+=(--mca btl ^openib,ofi --mca mtl ^ofi); fi
+  if [ "$kind" = address ]; then MPIRUN+=("${EXCLUSIONS[@]}"); fi
   t0=$(date +%s)
   build_kind "$kind" "$dir" core_tests message_tests reliability_tests fuzz_messages_replay
   t1=$(date +%s)
@@ -62,7 +67,7 @@ run_kind() {
 # core_ring_np2) and the ring suite.
 run_ci() {
   local dir=build-asan t0 t1
-  MPIRUN+=(--mca btl ^openib,ofi --mca mtl ^ofi)
+  MPIRUN+=("${EXCLUSIONS[@]}")
   t0=$(date +%s)
   build_kind address "$dir" core_tests ring_tests message_tests fuzz_messages_replay
   t1=$(date +%s)

@@ -1,12 +1,16 @@
 """Data-parallel training with horovodlite.torch (the Python twin of train.cpp):
 
     horovodlite-run -np 4 python3 examples/train.py --epochs 5 --optimizer adam
+    horovodlite-run -np 4 python3 examples/train.py --cuda      # one GPU per rank
 
 Every rank builds the same deterministic synthetic data set (10 classes, each a
 mixture of two Gaussian clusters in 32 dimensions, so that the classes are not
 linearly separable), trains an MLP on its shard (DistributedSampler), and
 averages gradients with hvd.DistributedOptimizer. Rank 0 reports the loss,
-held-out accuracy and throughput per epoch.
+held-out accuracy and throughput per epoch. With --cuda each rank trains on
+the GPU of its local rank (torch.cuda.set_device(hvd.local_rank())), and the
+gradients are averaged on the GPUs (NCCL, or through the host with
+HOROVODLITE_GPU_OPERATIONS=mpi).
 """
 
 import argparse
@@ -32,6 +36,7 @@ def parse_args():
                    help="learning rate per rank, multiplied by the number of ranks (0: the optimizer's default)")
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "rmsprop", "adagrad"], default="sgd")
     p.add_argument("--fp16", action="store_true", help="send gradients as float16 (compression)")
+    p.add_argument("--cuda", action="store_true", help="train on the GPU of each rank's local rank")
     p.add_argument("--accumulation-steps", type=int, default=1,
                    help="backward passes per optimizer step (backward_passes_per_step)")
     p.add_argument("--threads", type=int, default=0,
@@ -84,16 +89,18 @@ def make_optimizer(name, params, lr):
     return optim.Adagrad(params, lr=lr or 0.02)
 
 
-def evaluate(model, data):
+def evaluate(model, data, device):
     """Held-out accuracy over the whole test set: each rank scores its shard."""
     model.eval()
     sampler = DistributedSampler(data, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=False)
     correct = total = 0
     with torch.no_grad():
         for x, y in DataLoader(data, batch_size=512, sampler=sampler):
+            x, y = x.to(device), y.to(device)
             correct += (model(x).argmax(1) == y).sum().item()
             total += y.numel()
-    counts = hvd.allreduce(torch.tensor([correct, total], dtype=torch.float64), op=hvd.Sum, name="eval.counts")
+    counts = hvd.allreduce(torch.tensor([correct, total], dtype=torch.float64, device=device), op=hvd.Sum,
+                           name="eval.counts")
     model.train()
     return (counts[0] / counts[1]).item()
 
@@ -101,6 +108,15 @@ def evaluate(model, data):
 def main():
     args = parse_args()
     hvd.init()
+    device = torch.device("cpu")
+    if args.cuda:
+        if not torch.cuda.is_available():
+            raise SystemExit("train.py --cuda: this PyTorch sees no CUDA device (torch.cuda.is_available() is False)")
+        if not hvd.cuda_built():
+            raise SystemExit("train.py --cuda: horovodlite was built without CUDA (configure with -DHVL_WITH_CUDA=ON)")
+        # One GPU per rank: the local rank's (NCCL needs each rank on its own GPU).
+        torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
     threads = args.threads or max(1, (os.cpu_count() or 1) // hvd.local_size())
     torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
@@ -110,7 +126,7 @@ def main():
                                  seed=args.seed, drop_last=True)
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
 
-    model = Net()
+    model = Net().to(device)
     # Scale the learning rate by the number of ranks (the global batch grows with it).
     base = make_optimizer(args.optimizer, model.parameters(), 0.0).defaults["lr"]
     lr = (args.lr or base) * hvd.size()
@@ -124,28 +140,32 @@ def main():
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     if hvd.rank() == 0:
-        print("horovodlite train.py: %d ranks, %d threads each, %s lr=%g, batch %d x %d accumulation, fp16=%s"
-              % (hvd.size(), threads, args.optimizer, lr, args.batch_size, args.accumulation_steps, args.fp16),
-              flush=True)
+        print("horovodlite train.py: %d ranks, %d threads each, %s lr=%g, batch %d x %d accumulation, fp16=%s, "
+              "device %s" % (hvd.size(), threads, args.optimizer, lr, args.batch_size, args.accumulation_steps,
+                             args.fp16, device.type), flush=True)
 
     steps_per_epoch = len(loader) // args.accumulation_steps
     for epoch in range(1, args.epochs + 1):
         sampler.set_epoch(epoch)
         start = time.perf_counter()
-        loss_sum = torch.zeros(2, dtype=torch.float64)  # summed loss, batches
+        loss_sum = torch.zeros(2, dtype=torch.float64, device=device)  # summed loss, batches
         batches = iter(loader)
         for _ in range(steps_per_epoch):
             optimizer.zero_grad()
             for _ in range(args.accumulation_steps):
                 x, y = next(batches)
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 loss = F.cross_entropy(model(x), y)
                 (loss / args.accumulation_steps).backward()
-                loss_sum += torch.tensor([loss.item(), 1.0], dtype=torch.float64)
+                loss_sum[0] += loss.detach().double()  # no host sync per batch on a GPU
+                loss_sum[1] += 1.0
             optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
         totals = hvd.allreduce(loss_sum, op=hvd.Sum, name="epoch.loss")
         samples = steps_per_epoch * args.accumulation_steps * args.batch_size * hvd.size()
-        accuracy = evaluate(model, test_set)
+        accuracy = evaluate(model, test_set, device)
         if hvd.rank() == 0:
             print("epoch %d  loss %.4f  accuracy %.4f  samples/s %.0f  (%.2f s)"
                   % (epoch, (totals[0] / max(totals[1], 1)).item(), accuracy, samples / elapsed, elapsed),

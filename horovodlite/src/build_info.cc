@@ -29,12 +29,21 @@ BuildInfo build_info() {
   MPI_Get_version(&info.mpi_version, &info.mpi_subversion);
   info.cuda = cuda_built();
   info.cuda_runtime_version = device_runtime_version();
+  info.gloo = gloo_built();
   info.nccl_version = nccl_version();
   info.cpu_avx2_f16c = kernels::cpu_has_avx2_f16c();
   const Config defaults;
   info.ring_threshold_bytes = defaults.ring_threshold_bytes;
   info.ring_segment_bytes = defaults.ring_segment_bytes;
   return info;
+}
+
+bool gloo_built() {
+#ifdef HVL_HAVE_GLOO
+  return true;
+#else
+  return false;
+#endif
 }
 
 int mpi_thread_level() {

@@ -111,6 +111,77 @@ void read_string(const std::string& name, std::string* out) {
   if (v != nullptr) *out = v;
 }
 
+// "mpi" or "gloo" from HOROVOD_<name>; *set false when absent.
+Status read_transport_name(const char* name, Config::Transport* out, bool* set, std::string* var) {
+  const char* v = lookup(name, var);
+  *set = v != nullptr;
+  if (v == nullptr) return Status::OK();
+  std::string s(v);
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (s == "mpi") {
+    *out = Config::Transport::kMpi;
+  } else if (s == "gloo") {
+    *out = Config::Transport::kGloo;
+  } else {
+    return bad(*var, v, "mpi or gloo");
+  }
+  return Status::OK();
+}
+
+Status read_transport(Config* c) {
+  Config::Transport controller = Config::Transport::kMpi, cpu_ops = Config::Transport::kMpi;
+  bool controller_set = false, cpu_ops_set = false;
+  std::string controller_var, cpu_ops_var;
+  HVL_RETURN_IF_ERROR(read_transport_name("CONTROLLER", &controller, &controller_set, &controller_var));
+  HVL_RETURN_IF_ERROR(read_transport_name("CPU_OPERATIONS", &cpu_ops, &cpu_ops_set, &cpu_ops_var));
+  if (controller_set && cpu_ops_set && controller != cpu_ops) {
+    return Status::InvalidArgument(controller_var + " and " + cpu_ops_var +
+                                   " disagree: horovodlite runs the negotiation and the collectives on one "
+                                   "transport (set both to mpi or both to gloo)");
+  }
+  std::string var;
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_RANK") != nullptr || std::getenv("PMI_RANK") != nullptr ||
+                            std::getenv("PMIX_RANK") != nullptr;
+  if (controller_set) {
+    c->transport = controller;
+  } else if (cpu_ops_set) {
+    c->transport = cpu_ops;
+  } else {
+    c->transport = lookup("GLOO_RENDEZVOUS_ADDR", &var) != nullptr && !under_mpirun ? Config::Transport::kGloo
+                                                                                    : Config::Transport::kMpi;
+  }
+  if (c->transport != Config::Transport::kGloo) return Status::OK();
+  Config::GlooJob& g = c->gloo;
+  const int64_t kMaxRanks = 1 << 24;
+  HVL_RETURN_IF_ERROR(read_int("SIZE", 1, kMaxRanks, &g.size));
+  HVL_RETURN_IF_ERROR(read_int("RANK", 0, kMaxRanks - 1, &g.rank));
+  HVL_RETURN_IF_ERROR(read_int("LOCAL_RANK", 0, kMaxRanks - 1, &g.local_rank));
+  HVL_RETURN_IF_ERROR(read_int("LOCAL_SIZE", 1, kMaxRanks, &g.local_size));
+  HVL_RETURN_IF_ERROR(read_int("CROSS_RANK", 0, kMaxRanks - 1, &g.cross_rank));
+  HVL_RETURN_IF_ERROR(read_int("CROSS_SIZE", 1, kMaxRanks, &g.cross_size));
+  HVL_RETURN_IF_ERROR(read_int("GLOO_RENDEZVOUS_PORT", 1, 65535, &g.rendezvous_port));
+  HVL_RETURN_IF_ERROR(read_double("GLOO_TIMEOUT_SECONDS", 0.001, 86400.0, &g.timeout_s));
+  read_string("HOSTNAME", &g.hostname);
+  read_string("GLOO_RENDEZVOUS_ADDR", &g.rendezvous_addr);
+  read_string("GLOO_IFACE", &g.iface);
+  const char* why = controller_set || cpu_ops_set ? "HOROVOD_CONTROLLER/HOROVOD_CPU_OPERATIONS=gloo"
+                                                  : "HOROVOD_GLOO_RENDEZVOUS_ADDR set outside mpirun";
+  std::string missing;
+  if (g.rank < 0) missing += " HOROVOD_RANK";
+  if (g.size < 0) missing += " HOROVOD_SIZE";
+  if (g.rendezvous_addr.empty()) missing += " HOROVOD_GLOO_RENDEZVOUS_ADDR";
+  if (g.rendezvous_port == 0) missing += " HOROVOD_GLOO_RENDEZVOUS_PORT";
+  if (!missing.empty()) {
+    return Status::InvalidArgument(std::string("a Gloo job (") + why + ") needs" + missing +
+                                   " (start it with horovodlite-run --gloo, or under mpirun for MPI)");
+  }
+  if (g.rank >= g.size) {
+    return Status::InvalidArgument("HOROVOD_RANK " + std::to_string(g.rank) + " is not below HOROVOD_SIZE " +
+                                   std::to_string(g.size));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status Config::from_env(Config* out) {
@@ -142,6 +213,57 @@ Status Config::from_env(Config* out) {
       *field = hierarchical ? Hierarchical::kOn : Hierarchical::kOff;
     }
   }
+  HVL_RETURN_IF_ERROR(read_bool("AUTOTUNE", &c.autotune));
+  read_string("AUTOTUNE_LOG", &c.autotune_log);
+  HVL_RETURN_IF_ERROR(read_int("AUTOTUNE_WARMUP_SAMPLES", 0, 1000, &c.autotune_warmup_samples));
+  HVL_RETURN_IF_ERROR(read_int("AUTOTUNE_STEPS_PER_SAMPLE", 1, 100000, &c.autotune_steps_per_sample));
+  HVL_RETURN_IF_ERROR(read_int("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1, 1000, &c.autotune_bayes_opt_max_samples));
+  HVL_RETURN_IF_ERROR(read_double("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 1e-9, 1e3, &c.autotune_gaussian_process_noise));
+  read_string("AUTOTUNE_START", &c.autotune_start);
+  if (!c.autotune_start.empty()) {
+    // Each NAME=VALUE is validated as that variable would be.
+    size_t begin = 0;
+    while (begin <= c.autotune_start.size()) {
+      size_t end = c.autotune_start.find(',', begin);
+      if (end == std::string::npos) end = c.autotune_start.size();
+      const std::string item = c.autotune_start.substr(begin, end - begin);
+      const size_t eq = item.find('=');
+      const std::string name = item.substr(0, eq);
+      const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+      const std::string var = "HOROVODLITE_AUTOTUNE_START";
+      char* rest = nullptr;
+      errno = 0;
+      if (name == "FUSION_THRESHOLD" || name == "EAGER_ALLREDUCE_BYTES") {
+        const long long v = std::strtoll(value.c_str(), &rest, 10);
+        const long long max = name == "FUSION_THRESHOLD" ? (1ll << 40) : (1ll << 20);
+        if (value.empty() || *rest != '\0' || errno != 0 || v < 0 || v > max)
+          return bad(var, c.autotune_start.c_str(), name + "=<bytes, 0.." + std::to_string(max) + ">");
+        (name == "FUSION_THRESHOLD" ? c.fusion_threshold_bytes : c.eager_allreduce_bytes) = v;
+      } else if (name == "CYCLE_TIME") {
+        const double v = std::strtod(value.c_str(), &rest);
+        if (value.empty() || *rest != '\0' || errno != 0 || !(v > 0.0 && v <= 10000.0))
+          return bad(var, c.autotune_start.c_str(), "CYCLE_TIME=<milliseconds, > 0 and <= 10000>");
+        c.cycle_time_ms = v;
+      } else {
+        return bad(var, c.autotune_start.c_str(),
+                   "a comma-separated list of FUSION_THRESHOLD=, CYCLE_TIME= or EAGER_ALLREDUCE_BYTES= values");
+      }
+      begin = end + 1;
+    }
+  }
+  {
+    std::string var;
+    c.user_set.fusion_threshold = lookup("FUSION_THRESHOLD", &var) != nullptr;
+    c.user_set.cycle_time = lookup("CYCLE_TIME", &var) != nullptr;
+    c.user_set.eager_allreduce_bytes = lookup("EAGER_ALLREDUCE_BYTES", &var) != nullptr;
+    c.user_set.hierarchical_allreduce = c.hierarchical_allreduce != Hierarchical::kAuto;
+    c.user_set.hierarchical_allgather = c.hierarchical_allgather != Hierarchical::kAuto;
+    // A value in AUTOTUNE_START is where tuning starts, not a fixed setting.
+    const std::string start = "," + c.autotune_start;
+    if (start.find(",FUSION_THRESHOLD=") != std::string::npos) c.user_set.fusion_threshold = false;
+    if (start.find(",CYCLE_TIME=") != std::string::npos) c.user_set.cycle_time = false;
+    if (start.find(",EAGER_ALLREDUCE_BYTES=") != std::string::npos) c.user_set.eager_allreduce_bytes = false;
+  }
   {
     std::string var;
     if (const char* v = lookup("GPU_OPERATIONS", &var)) {
@@ -155,6 +277,7 @@ Status Config::from_env(Config* out) {
         return bad(var, v, "nccl or mpi");
     }
   }
+  HVL_RETURN_IF_ERROR(read_transport(&c));
   *out = c;
   return Status::OK();
 }

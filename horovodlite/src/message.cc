@@ -288,10 +288,15 @@ Status decode_responses(const uint8_t* data, size_t size, std::vector<Response>*
   return Status::OK();
 }
 
+// std::string only (no iostreams, no locale): it builds the shutdown message,
+// which must not depend on the C++ runtime's static state (issue 29).
 std::string rank_list(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
-  return os.str();
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ranks[i]);
+  }
+  return s;
 }
 
 }  // namespace horovodlite

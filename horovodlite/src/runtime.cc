@@ -27,6 +27,29 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   HVL_RETURN_IF_ERROR(rt->watchdog_->learn_peers(rt->mpi_.comm()));
   rt->sets_ = std::make_unique<ProcessSetTable>(rt->mpi_, rt->config_, rt->timeline_, *rt->watchdog_);
   rt->sets_->add_global();
+  if (rt->config_.autotune) {
+    const Config& c = rt->config_;
+    autotune::Options o;
+    o.log_path = c.autotune_log;
+    o.warmup_samples = static_cast<int>(c.autotune_warmup_samples);
+    o.steps_per_sample = static_cast<int>(c.autotune_steps_per_sample);
+    o.max_samples = static_cast<int>(c.autotune_bayes_opt_max_samples);
+    o.gp_noise = c.autotune_gaussian_process_noise;
+    o.tune_fusion = !c.user_set.fusion_threshold;
+    o.tune_cycle_time = !c.user_set.cycle_time;
+    o.tune_eager = !c.user_set.eager_allreduce_bytes;
+    // The hierarchical switches are not tuned yet: their algorithms decide at set-up.
+    autotune::Params initial;
+    initial.fusion_threshold_bytes = c.fusion_threshold_bytes;
+    initial.cycle_time_ms = c.cycle_time_ms;
+    initial.eager_allreduce_bytes = c.eager_allreduce_bytes;
+    rt->tuner_ = std::make_unique<autotune::Autotuner>(o, initial, rt->mpi_.rank() == 0);
+    if (!rt->tuner_->active() && rt->mpi_.rank() == 0) {
+      HVL_LOG(kWarning,
+              "HOROVODLITE_AUTOTUNE=1: nothing to tune (FUSION_THRESHOLD, CYCLE_TIME and "
+              "EAGER_ALLREDUCE_BYTES are all set by hand)");
+    }
+  }
   // Static process sets: collective over every rank, before the thread starts.
   for (const std::vector<int>& ranks : options.process_sets) {
     int32_t id = 0;
@@ -139,8 +162,6 @@ void Runtime::loop() {
   // allreduce's latency.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 #endif
-  const auto cycle_time =
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   auto last = Clock::now();
   // The next cycle starts at once when there is work: new requests, a shutdown,
   // or (after a cycle that took requests or ran responses) this rank's own ops
@@ -152,6 +173,9 @@ void Runtime::loop() {
   // so ops that wait for a slow or stuck peer cycle at the timer's pace, never in
   // a busy loop. A cycle waits for every rank inside its negotiation (mpi_wait).
   while (true) {
+    // (Read each time: the autotuner may change it.)
+    const auto cycle_time =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
     sets_->wait_for_work(last + cycle_time, progressed_, [this] { return shutdown_requested_.load(); });
     last = Clock::now();
     progressed_ = false;
@@ -178,6 +202,11 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
   in.shutdown = global && shutdown_requested_;
   in.exiting = global && exiting_;
   if (!in.requests.empty()) progressed_ = true;
+  const bool tuning = global && tuner_ && tuner_->pending_broadcast();
+  if (tuning) {
+    in.tuning.resize(autotune::Autotuner::kWords);
+    tuner_->encode(in.tuning.data());
+  }
   negotiation::Controller::Output out;
   const Status s = set.controller->compute_responses(std::move(in), &out);
   if (!s.ok()) {
@@ -186,8 +215,25 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
     return false;
   }
   const Clock::time_point ready = Clock::now();
+  if (tuning && out.tuning.size() == autotune::Autotuner::kWords) {
+    autotune::Params p;
+    tuner_->decode(out.tuning.data(), &p);
+    apply_tuning(p);
+  }
   if (!out.responses.empty()) progressed_ = true;
   for (const Response& r : out.responses) run(set, r, ready);
+  if (global && tuner_ && tuner_->active() && !out.responses.empty()) {
+    // Every rank runs the same responses: the same names and bytes everywhere.
+    std::vector<std::pair<std::string, int64_t>> tensors;
+    for (const Response& r : out.responses) {
+      const bool reduced = r.type == OpType::kAllreduce && r.tensor_sizes.size() == r.names.size();
+      for (size_t i = 0; i < r.names.size(); ++i) {
+        const int64_t bytes = reduced ? r.tensor_sizes[i] * static_cast<int64_t>(dtype_size(r.dtype)) : 0;
+        tensors.emplace_back(r.names[i], bytes);
+      }
+    }
+    tuner_->record(tensors, Clock::now());
+  }
   if (out.shutdown) {
     if (global) {
       // A stall in a process set: its members know why; tell the other ranks too.
@@ -201,6 +247,14 @@ bool Runtime::cycle_set(ProcessSetState& set, bool global) {
     shutdown_requested_ = true;
   }
   return true;
+}
+
+void Runtime::apply_tuning(const autotune::Params& p) {
+  config_.fusion_threshold_bytes = p.fusion_threshold_bytes;
+  config_.cycle_time_ms = p.cycle_time_ms;
+  config_.eager_allreduce_bytes = p.eager_allreduce_bytes;
+  HVL_LOG(kDebug, "autotune: fusion threshold " << p.fusion_threshold_bytes << " B, cycle time " << p.cycle_time_ms
+                                                << " ms, eager allreduce " << p.eager_allreduce_bytes << " B");
 }
 
 std::string Runtime::shutdown_message(const std::vector<int>& requesters, const std::vector<int>& exiting) const {
@@ -262,7 +316,7 @@ void Runtime::account(const Response& r, const OpResult& result) {
   ++counters_.responses_executed;
   if (r.names.size() > 1) counters_.fused_tensors += r.names.size();
   if (r.type == OpType::kError) ++counters_.errors;
-  if (!result.status.ok() && r.type != OpType::kError)
+  if (!result.status.ok() && r.type != OpType::kError && !result.reported)
     HVL_LOG(kWarning, "collective on '" << r.names[0] << "' failed: " << result.status.message());
 }
 

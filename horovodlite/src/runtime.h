@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "autotune/autotuner.h"
 #include "entry.h"
 #include "horovodlite/config.h"
 #include "horovodlite/horovodlite.h"
@@ -106,6 +107,12 @@ class Runtime {
   Timeline timeline_;  // internally synchronised (start/stop from any thread)
   TimelineObserver observer_{timeline_};
   std::unique_ptr<Watchdog> watchdog_;
+  // HOROVODLITE_AUTOTUNE: tunes config_'s fusion threshold, cycle time and eager
+  // size between cycles (background thread; the same values at the same cycle on
+  // every rank: autotune/autotuner.h). Null when off.
+  std::unique_ptr<autotune::Autotuner> tuner_;
+  // The tuner's parameters go out with this cycle's vote; applied after it.
+  void apply_tuning(const autotune::Params& p);
   std::unique_ptr<ProcessSetTable> sets_;
 
   // Set by any thread; the background thread reads them each cycle.

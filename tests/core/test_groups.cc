@@ -248,3 +248,30 @@ TEST(Groups, BadArgumentsFailEveryHandle) {
   hs = grouped_allreduce_async({"args.0", "args.0"}, two, two);
   for (auto& h : hs) EXPECT_NE(h->wait().message().find("appears twice"), std::string::npos);
 }
+
+// A group mixing host and device tensors is an error naming both tensors (as in
+// Horovod), found before the device tensor is looked at: no GPU is needed.
+TEST(Groups, MixingHostAndDeviceTensorsFailsEveryHandle) {
+  std::vector<float> a = ramp(4), b = ramp(4);
+  TensorView host = view_of(a), device = view_of(b);
+  device.device = 0;  // claims cuda:0; never dereferenced
+  const std::vector<TensorView> mixed = {host, device};
+  auto check = [](std::vector<HandlePtr> hs, const std::string& op) {
+    ASSERT_EQ(hs.size(), 2u);
+    for (auto& h : hs) {
+      const Status s = h->wait();
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+      EXPECT_NE(s.message().find("grouped_" + op + ": all tensors must be on one device"), std::string::npos)
+          << s.message();
+      EXPECT_NE(s.message().find("'dev." + op + ".0' is on the CPU and 'dev." + op + ".1' on cuda:0"),
+                std::string::npos)
+          << s.message();
+    }
+  };
+  check(grouped_allreduce_async({"dev.allreduce.0", "dev.allreduce.1"}, mixed, mixed, {ReduceOp::kSum}), "allreduce");
+  auto alloc = [](const Shape&, TensorView*) { return Status::Internal("not reached"); };
+  check(grouped_allgather_async({"dev.allgather.0", "dev.allgather.1"}, mixed, {alloc, alloc}), "allgather");
+  check(grouped_reducescatter_async({"dev.reducescatter.0", "dev.reducescatter.1"}, mixed, {alloc, alloc}, {}),
+        "reducescatter");
+  settle("dev");  // the runtime is unaffected
+}

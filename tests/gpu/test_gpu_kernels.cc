@@ -11,6 +11,7 @@
 
 #include "../dtype_values.h"
 #include "cuda/kernels.h"
+#include "kernels/half.h"
 #include "kernels/reduce.h"
 
 namespace horovodlite {
@@ -155,6 +156,38 @@ TEST(Fp16Cast, RoundTripWithScalingMatchesHost) {
       kernels::half_to_double_n(reinterpret_cast<double*>(expect.data()), expect_half.data(), n);
     kernels::scale(expect.data(), n, dtype, 4.0);
     ASSERT_EQ(0, std::memcmp(out.data(), expect.data(), n * elem)) << dtype_name(dtype);
+  }
+}
+
+// float16/bfloat16 scaled on the device as Horovod's CUDA kernels do (issue 29):
+// the factor rounded to the tensor's type first, the product computed in float32
+// and rounded once. 0.3 and 1/3 are not representable in either type.
+TEST(Scale, HalfFactorsRoundedAsHorovod) {
+  SKIP_WITHOUT_GPU();
+  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (double factor : {0.3, 1.0 / 3.0, 12.7}) {
+      const int64_t n = 65536;  // every fp16 bit pattern (NaN/inf included)
+      std::vector<uint16_t> src(n);
+      for (int64_t i = 0; i < n; ++i) src[i] = static_cast<uint16_t>(i);
+      const float f =
+          dtype == DataType::kFloat16 ? kernels::device_half_factor(factor) : kernels::device_bfloat16_factor(factor);
+      std::vector<uint16_t> expect(n);
+      for (int64_t i = 0; i < n; ++i) {
+        expect[i] = dtype == DataType::kFloat16 ? kernels::float_to_half(kernels::half_to_float(src[i]) * f)
+                                                : kernels::float_to_bfloat16(kernels::bfloat16_to_float(src[i]) * f);
+      }
+      DeviceMem d(n * 2);
+      ASSERT_EQ(cudaMemcpy(d.get(), src.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cuda::scale(d.get(), n, dtype, factor, nullptr), cudaSuccess);
+      std::vector<uint16_t> got(n);
+      ASSERT_EQ(cudaMemcpy(got.data(), d.get(), n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int64_t i = 0; i < n; ++i) {
+        const bool nan =
+            dtype == DataType::kFloat16 ? (expect[i] & 0x7fffu) > 0x7c00u : (expect[i] & 0x7fffu) > 0x7f80u;
+        if (nan) continue;  // NaN payloads may differ
+        ASSERT_EQ(got[i], expect[i]) << dtype_name(dtype) << " factor " << factor << " element " << i;
+      }
+    }
   }
 }
 

@@ -178,6 +178,31 @@ TEST(Half, DoubleToHalfRoundsOnce) {
   }
 }
 
+// The device's float16/bfloat16 scale factor (Horovod's CUDA semantics, issue 29):
+// rounded to the tensor's type, so that the product of two halves is exact in
+// float32 and the result is rounded once. The CUDA kernels use this helper; the
+// device test (tests/gpu) checks their bits against it.
+TEST(Half, DeviceScaleFactorIsRoundedToTheTensorsType) {
+  EXPECT_EQ(device_half_factor(0.5), 0.5f);  // representable: unchanged
+  EXPECT_EQ(device_half_factor(-3.5), -3.5f);
+  EXPECT_EQ(device_half_factor(0.3), half_to_float(float_to_half(0.3f)));
+  EXPECT_NE(device_half_factor(0.3), 0.3f);
+  EXPECT_EQ(device_half_factor(0.3), 0.300048828125f);  // 0x34cd
+  EXPECT_EQ(device_bfloat16_factor(0.3), bfloat16_to_float(float_to_bfloat16(0.3f)));
+  EXPECT_EQ(device_bfloat16_factor(0.3), 0.30078125f);
+  // Exactness: for every half x, float(x) * factor is the exact product (11-bit
+  // significands), so one rounding to half is Horovod's __hmul(x, half(f)).
+  const float f = device_half_factor(1.0 / 3.0);
+  int differ = 0;
+  for (uint32_t h = 0; h < 0x7c00u; ++h) {
+    const float x = half_to_float(static_cast<uint16_t>(h));
+    const double exact = static_cast<double>(x) * static_cast<double>(f);
+    ASSERT_EQ(static_cast<double>(x * f), exact) << h;
+    if (float_to_half(x * f) != float_to_half(x * static_cast<float>(1.0 / 3.0))) ++differ;
+  }
+  EXPECT_GT(differ, 0);  // the rounded factor changes results in the last bit (as reported)
+}
+
 TEST(BFloat16, SpecialValuesAndTies) {
   EXPECT_EQ(float_to_bfloat16(1.0f), 0x3f80);
   EXPECT_EQ(float_to_bfloat16(-0.0f), 0x8000);

@@ -1,4 +1,4 @@
-# Runs the `train` example through mpirun three times: 4 epochs straight, then 2
+# Runs the `train` example (on its synthetic data) through mpirun three times: 4 epochs straight, then 2
 # epochs with --save and 2 more with --resume. The resumed run must start at
 # epoch 3 and continue where the first stopped: its epoch-3 and epoch-4 losses
 # match the straight run's (up to reduction-order rounding). Resuming with a
@@ -6,7 +6,7 @@
 # Inputs: MPIEXEC, MPIRUN_FLAGS (list), TRAIN, WORK_DIR.
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
-set(common --optimizer adam --train-samples 4096 --test-samples 1024 --threads 1)
+set(common --data synthetic --optimizer adam --train-samples 4096 --test-samples 1024 --threads 1)
 
 function(run_train out_var expect_success)
   execute_process(COMMAND ${MPIEXEC} -np 2 ${MPIRUN_FLAGS} ${TRAIN} ${ARGN}
@@ -65,7 +65,7 @@ if(NOT r3 LESS f1)
   message(FATAL_ERROR "resumed epoch-3 loss ${resumed3} is not below a fresh run's epoch-1 loss ${first_epoch1}")
 endif()
 
-run_train(wrong FALSE --optimizer sgd --train-samples 4096 --test-samples 1024 --epochs 4 --resume ck.pt)
+run_train(wrong FALSE --data synthetic --optimizer sgd --train-samples 4096 --test-samples 1024 --epochs 4 --resume ck.pt)
 if(NOT wrong MATCHES "cannot resume from ck.pt")
   message(FATAL_ERROR "resuming with another optimizer did not explain the failure")
 endif()

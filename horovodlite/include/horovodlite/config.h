@@ -79,6 +79,28 @@ struct Config {
   // each host per host. Auto: from RING_THRESHOLD bytes of output up.
   Hierarchical hierarchical_allgather = Hierarchical::kAuto;
 
+  // ---- the autotuner (autotune/autotuner.h) ----
+  // AUTOTUNE (0/1): Bayesian optimisation, during training, of FUSION_THRESHOLD,
+  // CYCLE_TIME, EAGER_ALLREDUCE_BYTES and, on jobs over several hosts, the
+  // HIERARCHICAL_ALLREDUCE/ALLGATHER switches, for the best throughput (bytes
+  // reduced per second). A variable set in the environment is not tuned.
+  bool autotune = false;
+  // AUTOTUNE_LOG: CSV file (rank 0), one row per sample; empty: none.
+  std::string autotune_log;
+  int64_t autotune_warmup_samples = 3;           // AUTOTUNE_WARMUP_SAMPLES
+  int64_t autotune_steps_per_sample = 10;        // AUTOTUNE_STEPS_PER_SAMPLE
+  int64_t autotune_bayes_opt_max_samples = 20;   // AUTOTUNE_BAYES_OPT_MAX_SAMPLES
+  double autotune_gaussian_process_noise = 0.8;  // AUTOTUNE_GAUSSIAN_PROCESS_NOISE
+  // AUTOTUNE_START: "NAME=VALUE,..." with NAME among FUSION_THRESHOLD,
+  // CYCLE_TIME, EAGER_ALLREDUCE_BYTES: where the tuning starts (its first
+  // samples), while still tuning them (benchmarks start from a poor setting).
+  std::string autotune_start;
+  // Which tunable variables the user set (kept as they are).
+  struct UserSet {
+    bool fusion_threshold = false, cycle_time = false, eager_allreduce_bytes = false;
+    bool hierarchical_allreduce = false, hierarchical_allgather = false;
+  } user_set;
+
   // ---- device (CUDA) tensors; ignored by builds without CUDA ----
   // GPU_OPERATIONS: "nccl" (default) runs collectives on device tensors with NCCL;
   // "mpi" copies them to pinned host memory and uses the host (MPI) collectives.
@@ -88,6 +110,29 @@ struct Config {
 
   // Reads the environment; returns InvalidArgument naming the variable and value
   // on anything malformed or out of range.
+  // The transport the job runs on: MPI (mpirun), or Gloo TCP for a process
+  // started without mpirun (the Gloo-launch contract, notes/contract-gloo.md):
+  // HOROVOD_CONTROLLER=gloo or HOROVOD_CPU_OPERATIONS=gloo (mpi|gloo; they must
+  // agree when both are set), or, when neither is set, Gloo whenever
+  // HOROVOD_GLOO_RENDEZVOUS_ADDR is set and the process was not started by
+  // mpirun (no OMPI_COMM_WORLD_RANK / PMI_RANK / PMIX_RANK).
+  enum class Transport : uint8_t { kMpi = 0, kGloo = 1 };
+  Transport transport = Transport::kMpi;
+  // A Gloo job's place and rendezvous (read, and required, only for Gloo):
+  // HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK/_SIZE, HOROVOD_CROSS_RANK/_SIZE
+  // (-1: not given, derived from the hostnames), HOROVOD_HOSTNAME,
+  // HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT, HOROVOD_GLOO_IFACE,
+  // HOROVOD_GLOO_TIMEOUT_SECONDS (default 30).
+  struct GlooJob {
+    int64_t rank = -1, size = -1;
+    int64_t local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
+    std::string hostname;
+    std::string rendezvous_addr;
+    int64_t rendezvous_port = 0;
+    std::string iface;
+    double timeout_s = 30.0;
+  } gloo;
+
   static Status from_env(Config* out);
 };
 

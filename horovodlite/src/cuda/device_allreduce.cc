@@ -15,6 +15,12 @@ constexpr int64_t kAlignBytes = 64;
 
 }  // namespace
 
+Status DeviceAllreduce::reduce_into(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) {
+  HVL_CUDA_CHECK(cudaMemcpyAsync(recv, send, static_cast<size_t>(count) * dtype_size(dtype), cudaMemcpyDeviceToDevice,
+                                 ctx().stream()));
+  return reduce(recv, count, dtype, op);
+}
+
 bool DeviceAllreduce::enabled(const Response& r) const {
   const DataType wire = wire_dtype(r);
   return accepts(wire, effective_op(r.reduce_op), total_elements(r) * static_cast<int64_t>(dtype_size(wire)));
@@ -25,7 +31,7 @@ Status DeviceAllreduce::enqueue(const OpArgs& args) {
   const std::vector<TensorEntry*>& entries = args.entries;
   const bool fp16 = fp16_compressed(r);
   const DataType wire = fp16 ? DataType::kFloat16 : r.dtype;
-  const size_t welem = dtype_size(wire), elem = dtype_size(r.dtype);
+  const size_t welem = dtype_size(wire);
   const int64_t total = total_elements(r);
   const ReduceOp op = effective_op(r.reduce_op);
   const double pre = r.prescale, post = effective_postscale(r, ctx().mpi().size());
@@ -38,10 +44,13 @@ Status DeviceAllreduce::enqueue(const OpArgs& args) {
     if (pre != 1.0) {
       CopyTask t{out, e.input.data, total};
       HVL_CUDA_CHECK(batched_scale_copy(&t, 1, r.dtype, pre, stream));
+      HVL_RETURN_IF_ERROR(reduce(out, total, r.dtype, op));
     } else if (out != e.input.data && total > 0) {
-      HVL_CUDA_CHECK(cudaMemcpyAsync(out, e.input.data, total * elem, cudaMemcpyDeviceToDevice, stream));
+      // Out of place: the algorithm reads the input and writes the output (no copy first).
+      HVL_RETURN_IF_ERROR(reduce_into(e.input.data, out, total, r.dtype, op));
+    } else {
+      HVL_RETURN_IF_ERROR(reduce(out, total, r.dtype, op));
     }
-    HVL_RETURN_IF_ERROR(reduce(out, total, r.dtype, op));
     HVL_CUDA_CHECK(scale(out, total, r.dtype, post, stream));
     e.handle->set_output(e.output);
     return Status::OK();

@@ -26,6 +26,10 @@ class DeviceAllreduce : public DeviceAlgorithm {
   // Enqueues the in-place allreduce of `count` elements at `buffer` (device
   // memory) on ctx().stream(). Average arrives as Sum (the caller scales).
   virtual Status reduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+  // Out of place: `recv` = the allreduce of `send` (distinct device buffers of
+  // `count` elements). The default copies and reduces in place; an algorithm that
+  // reads one buffer and writes another (ncclAllReduce) overrides it to save the copy.
+  virtual Status reduce_into(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
 
  protected:
   Status enqueue(const OpArgs& args) final;

@@ -40,7 +40,7 @@ DeviceContext::~DeviceContext() {
   }
 }
 
-Status DeviceContext::begin(const std::vector<TensorEntry*>& entries) {
+Status DeviceContext::begin(const std::vector<TensorEntry*>& entries, bool* repeated) {
   int device = -1;
   for (TensorEntry* e : entries) {
     if (e == nullptr) continue;
@@ -56,10 +56,10 @@ Status DeviceContext::begin(const std::vector<TensorEntry*>& entries) {
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) count = 1;
     device = device_ >= 0 ? device_ : mpi_.local_rank() % count;
   }
-  return ensure(device);
+  return ensure(device, repeated);
 }
 
-Status DeviceContext::ensure(int device) {
+Status DeviceContext::ensure(int device, bool* repeated) {
   if (stream_ != nullptr) {
     if (device != device_) {
       return Status::InvalidArgument("this rank's device collectives use cuda:" + std::to_string(device_) +
@@ -69,7 +69,12 @@ Status DeviceContext::ensure(int device) {
     HVL_CUDA_CHECK(cudaSetDevice(device));
     return Status::OK();
   }
-  if (!setup_error_.ok()) return setup_error_;
+  if (!setup_error_.ok()) {
+    // Not retried: every later device op fails with the error of the first
+    // (reported once, with the op that met it).
+    *repeated = true;
+    return setup_error_;
+  }
   // The first device response: every rank is here now. Agree that every rank
   // has its GPU before the collective NCCL set-up, so that a failure is an error
   // everywhere instead of a hang.
@@ -78,8 +83,12 @@ Status DeviceContext::ensure(int device) {
     local = cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   }
   Status s = agree_across_ranks(mpi_.comm(), local, "device set-up", "its GPU could not be set up");
-  if (s.ok() && config_.gpu_operations == Config::GpuOperations::kNccl)
-    s = NcclComm::create(mpi_.comm(), device, &comm_);
+  if (s.ok() && config_.gpu_operations == Config::GpuOperations::kNccl) {
+    // Two ranks on one GPU: one clear error on every rank, before NCCL fails
+    // (the same on every rank: each sees every rank's GPU).
+    s = check_one_gpu_per_rank(mpi_.comm(), device);
+    if (s.ok()) s = NcclComm::create(mpi_.comm(), device, &comm_);
+  }
   if (!s.ok()) {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     stream_ = nullptr;
@@ -126,8 +135,13 @@ void* DeviceContext::fusion(size_t bytes, Status* s) {
 }
 
 OpResult DeviceAlgorithm::run(const OpArgs& args) {
-  Status s = ctx_->begin(args.entries);
-  if (!s.ok()) return OpResult{s, name()};
+  bool repeated = false;
+  Status s = ctx_->begin(args.entries, &repeated);
+  if (!s.ok()) {
+    OpResult failed{s, name()};
+    failed.reported = repeated;
+    return failed;
+  }
   s = ctx_->wait_ready(args.entries);
   if (s.ok()) s = enqueue(args);
   OpResult result{s, name()};

@@ -31,8 +31,9 @@ class DeviceContext : public SharedResource {
 
   // Before a device response: selects the GPU of the entries (a joined rank's:
   // the one used before, or its local one) and sets everything up at the first
-  // response. A failed set-up is returned for every later response.
-  Status begin(const std::vector<TensorEntry*>& entries);
+  // response. A failed set-up is returned for every later response (not
+  // retried), with *repeated set.
+  Status begin(const std::vector<TensorEntry*>& entries, bool* repeated);
   // Makes the stream wait for the entries' ready events.
   Status wait_ready(const std::vector<TensorEntry*>& entries);
   // After a device response: records its completion event after whatever was
@@ -54,7 +55,7 @@ class DeviceContext : public SharedResource {
   NcclComm* comm() const { return comm_.get(); }
 
  private:
-  Status ensure(int device);
+  Status ensure(int device, bool* repeated);
 
   const MpiContext& mpi_;
   const Config& config_;

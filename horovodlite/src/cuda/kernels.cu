@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cuda/std/limits>
+#include <vector>
 
 #include "cuda/kernels.h"
+#include "kernels/half.h"
 
 namespace horovodlite {
 namespace cuda {
@@ -14,8 +16,16 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocksPerTask = 1024;
 
-struct Batch {
-  CopyTask task[kMaxBatch];
+// The tasks of one launch travel as the kernel's by-value argument: up to
+// kMaxBatch for small batches (a small argument keeps small launches cheap), up
+// to kMaxLargeBatch (24 KiB: CUDA 12.1+ allows 32 KiB of kernel arguments) for
+// large ones, so that a fused batch of hundreds of tensors is one launch.
+constexpr int kMaxLargeBatch = 1024;
+
+template <int N>
+struct BatchOf {
+  static constexpr int kSize = N;
+  CopyTask task[N];
 };
 
 // ---- element conversions (one overload set, so the kernels stay generic) ----
@@ -50,19 +60,49 @@ __device__ inline void from_math(double p, I* out) {
     *out = static_cast<I>(p);
 }
 
-// dst[i] = Out(M(src[i]) * factor) for the task blockIdx.y.
-template <class In, class Out, class M>
+// kVec elements of T loaded or stored at once (16 bytes of the narrower type).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <class In, class Out>
+struct VecWidth {
+  static constexpr int value = static_cast<int>(16 / (sizeof(In) < sizeof(Out) ? sizeof(In) : sizeof(Out)));
+};
+
+// dst[i] = Out(M(src[i]) * factor) for the task blockIdx.y. Vectorised (16 bytes
+// of the narrower type per load or store) when both ends are aligned for it.
+template <class In, class Out, class M, class Batch>
 __global__ void convert_kernel(Batch batch, M factor) {
+  constexpr int kVec = VecWidth<In, Out>::value;
   const CopyTask t = batch.task[blockIdx.y];
   const In* src = static_cast<const In*>(t.src);
   Out* dst = static_cast<Out*>(t.dst);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < t.count; i += stride) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t done = 0;
+  if (reinterpret_cast<uintptr_t>(src) % sizeof(Vec<In, kVec>) == 0 &&
+      reinterpret_cast<uintptr_t>(dst) % sizeof(Vec<Out, kVec>) == 0) {
+    const int64_t vecs = t.count / kVec;
+    const auto* s = reinterpret_cast<const Vec<In, kVec>*>(src);
+    auto* d = reinterpret_cast<Vec<Out, kVec>*>(dst);
+    for (int64_t i = first; i < vecs; i += stride) {
+      const Vec<In, kVec> in = s[i];
+      Vec<Out, kVec> out;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) from_math(to_math(in.v[k], Tag<M>()) * factor, out.v + k);
+      d[i] = out;
+    }
+    done = vecs * kVec;
+  }
+  for (int64_t i = done + first; i < t.count; i += stride) {
     from_math(to_math(src[i], Tag<M>()) * factor, dst + i);
   }
 }
 
 // A byte copy (count in bytes), 16 bytes at a time when both ends are aligned.
+template <class Batch>
 __global__ void copy_kernel(Batch batch) {
   const CopyTask t = batch.task[blockIdx.y];
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -86,12 +126,13 @@ int blocks_for(int64_t work_items) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(b, kMaxBlocksPerTask)));
 }
 
-// Splits tasks into launches of at most kMaxBatch; `items(t)` is the work of one task.
-template <class Launch, class Items>
-cudaError_t for_batches(const CopyTask* tasks, int n, Items items, Launch launch) {
-  for (int first = 0; first < n; first += kMaxBatch) {
-    Batch b;
-    const int m = std::min(kMaxBatch, n - first);
+// Splits tasks into launches of at most Batch::kSize; `items(t)` is the work of
+// one task (in a grid's x dimension, the largest task's).
+template <class Batch, class Launch, class Items>
+cudaError_t for_batches_of(const CopyTask* tasks, int n, Items items, Launch launch) {
+  Batch b;
+  for (int first = 0; first < n; first += Batch::kSize) {
+    const int m = std::min(Batch::kSize, n - first);
     int64_t most = 0;
     for (int i = 0; i < m; ++i) {
       b.task[i] = tasks[first + i];
@@ -105,28 +146,31 @@ cudaError_t for_batches(const CopyTask* tasks, int n, Items items, Launch launch
   return cudaSuccess;
 }
 
+// One launch for up to kMaxLargeBatch tasks (the small argument for small batches).
+template <class Launch, class Items>
+cudaError_t for_batches(const CopyTask* tasks, int n, Items items, Launch launch) {
+  if (n <= kMaxBatch) return for_batches_of<BatchOf<kMaxBatch>>(tasks, n, items, launch);
+  return for_batches_of<BatchOf<kMaxLargeBatch>>(tasks, n, items, launch);
+}
+
 template <class In, class Out, class M>
 cudaError_t launch_convert(const CopyTask* tasks, int n, M factor, cudaStream_t stream) {
   return for_batches(
-      tasks, n, [](const CopyTask& t) { return t.count; },
-      [&](const Batch& b, dim3 grid) { convert_kernel<In, Out, M><<<grid, kThreads, 0, stream>>>(b, factor); });
+      tasks, n, [](const CopyTask& t) { return (t.count + VecWidth<In, Out>::value - 1) / VecWidth<In, Out>::value; },
+      [&](const auto& b, dim3 grid) { convert_kernel<In, Out, M><<<grid, kThreads, 0, stream>>>(b, factor); });
 }
 
 cudaError_t launch_copy(const CopyTask* tasks, int n, size_t elem, cudaStream_t stream) {
   // The kernel counts bytes; a task whose src == dst is skipped.
-  CopyTask local[kMaxBatch];
-  for (int first = 0; first < n; first += kMaxBatch) {
-    int m = 0;
-    for (int i = first; i < std::min(n, first + kMaxBatch); ++i) {
-      if (tasks[i].dst == tasks[i].src || tasks[i].count == 0) continue;
-      local[m++] = CopyTask{tasks[i].dst, tasks[i].src, tasks[i].count * static_cast<int64_t>(elem)};
-    }
-    cudaError_t rc = for_batches(
-        local, m, [](const CopyTask& t) { return (t.count + 15) / 16; },
-        [&](const Batch& b, dim3 grid) { copy_kernel<<<grid, kThreads, 0, stream>>>(b); });
-    if (rc != cudaSuccess) return rc;
+  std::vector<CopyTask> local;
+  local.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    if (tasks[i].dst == tasks[i].src || tasks[i].count == 0) continue;
+    local.push_back(CopyTask{tasks[i].dst, tasks[i].src, tasks[i].count * static_cast<int64_t>(elem)});
   }
-  return cudaSuccess;
+  return for_batches(
+      local.data(), static_cast<int>(local.size()), [](const CopyTask& t) { return (t.count + 15) / 16; },
+      [&](const auto& b, dim3 grid) { copy_kernel<<<grid, kThreads, 0, stream>>>(b); });
 }
 
 }  // namespace
@@ -145,10 +189,11 @@ cudaError_t batched_scale_copy(const CopyTask* tasks, int n, DataType dtype, dou
       return launch_convert<int32_t, int32_t, double>(tasks, n, factor, stream);
     case DataType::kInt64:
       return launch_convert<int64_t, int64_t, double>(tasks, n, factor, stream);
-    case DataType::kFloat16:
-      return launch_convert<__half, __half, float>(tasks, n, f, stream);
+    case DataType::kFloat16:  // the factor rounded to half first, as Horovod's CUDA kernels (kernels/half.h)
+      return launch_convert<__half, __half, float>(tasks, n, kernels::device_half_factor(factor), stream);
     case DataType::kBFloat16:
-      return launch_convert<__nv_bfloat16, __nv_bfloat16, float>(tasks, n, f, stream);
+      return launch_convert<__nv_bfloat16, __nv_bfloat16, float>(tasks, n, kernels::device_bfloat16_factor(factor),
+                                                                 stream);
     case DataType::kFloat32:
       return launch_convert<float, float, float>(tasks, n, f, stream);
     case DataType::kFloat64:

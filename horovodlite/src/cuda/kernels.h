@@ -1,9 +1,10 @@
 // CUDA kernels of the device path: batched copies into and out of the fusion
 // buffer with pre/post scaling, and the fp16 compression casts. Each call is one
-// kernel launch per kMaxBatch tensors, enqueued on `stream`; nothing synchronises.
+// kernel launch per up to 1024 tensors (vectorised loads and stores), enqueued on `stream`; nothing synchronises.
 // Semantics match the host kernels (kernels/reduce.h): float32 scales in float,
 // float64 and integers in double (integers truncated toward zero and saturated,
-// NaN -> 0), fp16/bf16 through float; factor 1 with equal types is a plain copy.
+// NaN -> 0), fp16/bf16 through float by the factor rounded to fp16/bf16 first (Horovod's
+// CUDA semantics: kernels::device_half_factor); factor 1 with equal types is a plain copy.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,7 +20,8 @@ namespace cuda {
 // One tensor of a batch: `count` elements from src to dst (device pointers).
 using CopyTask = ::horovodlite::CopyTask;
 
-// Tasks per kernel launch (they travel as the kernel's by-value argument).
+// Tasks per kernel launch for small batches (they travel as the kernel's by-value
+// argument); larger batches go in launches of up to 1024 tasks (kernels.cu).
 constexpr int kMaxBatch = 64;
 
 // dst = src * factor for every task, all of `dtype`. dst == src (in place) is allowed.

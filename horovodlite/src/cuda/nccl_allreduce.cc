@@ -16,11 +16,15 @@ bool NcclAllreduce::accepts(DataType dtype, ReduceOp op, int64_t) const {
 }
 
 Status NcclAllreduce::reduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) {
+  return reduce_into(buffer, buffer, count, dtype, op);
+}
+
+Status NcclAllreduce::reduce_into(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) {
   ncclDataType_t t;
   ncclRedOp_t o;
   if (!nccl_reduce_type(dtype, op, &t, &o)) return Status::Internal("NCCL cannot reduce this dtype");
   if (count == 0) return Status::OK();
-  HVL_NCCL_CHECK(ncclAllReduce(buffer, buffer, static_cast<size_t>(count), t, o, ctx().comm()->get(), ctx().stream()));
+  HVL_NCCL_CHECK(ncclAllReduce(send, recv, static_cast<size_t>(count), t, o, ctx().comm()->get(), ctx().stream()));
   return Status::OK();
 }
 

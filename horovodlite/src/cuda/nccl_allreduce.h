@@ -21,6 +21,7 @@ class NcclAllreduce : public DeviceAllreduce {
   const char* name() const override { return "NCCL_ALLREDUCE"; }
   bool accepts(DataType dtype, ReduceOp op, int64_t bytes) const override;
   Status reduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  Status reduce_into(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override;
 };
 
 class NcclHierarchicalAllreduce : public DeviceAllreduce {

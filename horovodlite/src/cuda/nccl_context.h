@@ -32,6 +32,13 @@ class NcclComm {
   int rank_ = 0, size_ = 1, device_ = -1;
 };
 
+// Collective over `comm`, before an NCCL communicator is made: every rank tells
+// the others which GPU (UUID, PCI bus id, host) it uses for `device`. NCCL needs
+// one GPU per rank (two ranks on one GPU fail in ncclCommInitRank with "Duplicate
+// GPU detected"); here every rank gets the same error, naming the GPU, the ranks
+// sharing it and the two fixes. OK when every rank has its own GPU.
+Status check_one_gpu_per_rank(MPI_Comm comm, int device);
+
 // NCCL's type for reducing `dtype`; false where NCCL has none (int16). Bool
 // reduces as uint8 with max (Sum, Max: logical or) or min (Min, Product: and).
 bool nccl_reduce_type(DataType dtype, ReduceOp op, ncclDataType_t* type, ncclRedOp_t* nccl_op);

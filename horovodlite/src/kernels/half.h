@@ -115,5 +115,20 @@ inline uint16_t float_to_bfloat16_scalar(float f) {
 inline float bfloat16_to_float_scalar(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
 }  // namespace detail
+
+// The factor a float16 (bfloat16) tensor is scaled by on a GPU (prescale,
+// postscale, Average's 1/size), as Horovod's CUDA kernels do: the factor is
+// rounded to the tensor's type first (__float2half((float)f)), then each element
+// is multiplied in that type (__hmul: the exact product rounded once). The
+// product of two 11-bit (8-bit) significands is exact in float32, so float math
+// with this factor and one rounding to the tensor's type gives Horovod's bits.
+// (The host kernels scale by the float32 factor, as Horovod's CPU path does.)
+inline float device_half_factor(double factor) {
+  return detail::half_to_float_scalar(detail::float_to_half_scalar(static_cast<float>(factor)));
+}
+inline float device_bfloat16_factor(double factor) {
+  return detail::bfloat16_to_float_scalar(detail::float_to_bfloat16_scalar(static_cast<float>(factor)));
+}
+
 }  // namespace kernels
 }  // namespace horovodlite

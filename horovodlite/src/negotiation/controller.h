@@ -50,6 +50,7 @@
 #include "negotiation/stall_inspector.h"
 #include "recursive_doubling.h"
 #include "timeline.h"
+#include "transport/transport.h"
 #include "watchdog.h"
 
 namespace horovodlite::negotiation {
@@ -93,6 +94,10 @@ class Controller {
     std::vector<Request> requests;  // drained from the queue since the last cycle
     bool shutdown = false;          // this rank asks every rank to stop
     bool exiting = false;           // ... because its process exits without shutdown()
+    // The autotuner's parameter words this rank adds to the vote (rank 0: the
+    // parameters to apply; others: INT64_MAX, so the vote's min leaves rank 0's
+    // words); empty: none this cycle. Every rank gives the same count.
+    std::vector<int64_t> tuning;
   };
   struct Output {
     // Fused, and the same list in the same order on every rank.
@@ -101,6 +106,8 @@ class Controller {
     bool shutdown = false;
     std::vector<int> shutdown_ranks;
     std::vector<int> exiting_ranks;
+    // The agreed tuning words (rank 0's), when Input::tuning was given.
+    std::vector<int64_t> tuning;
   };
   // One cycle: collective over the communicator. An error (kAborted) means
   // contact with the other ranks was lost; the controller is then unusable.
@@ -142,7 +149,8 @@ class Controller {
   void vote_groups(std::vector<Waiting>* grouped, Clock::time_point now);
   // The cycle's eager positions (from the hits of the last two cycles) and their
   // slots in the vote; empty when the prediction does not apply.
-  void plan_eager();
+  // Returns the eager slots of the vote (empty: none).
+  std::vector<CycleVote::Slot> plan_eager();
   // This rank votes a hit for `request` at `pos`: its data goes into the slot.
   void write_eager(const Request& request, uint32_t pos);
 
@@ -153,7 +161,11 @@ class Controller {
   Watchdog& watchdog_;
   const LocalOps& local_;
   std::unique_ptr<ReadinessTable> readiness_;  // rank 0 only
-  RecursiveDoubling exchange_;                 // the vote's allreduce
+  // comm_.comm as a transport context: the request gather and the response
+  // broadcast are point-to-point messages on it (tags kGatherTag.., distinct
+  // from the vote's), so any transport can carry the negotiation.
+  transport::ContextPtr wire_;
+  RecursiveDoubling exchange_;  // the vote's allreduce
   ResponseCache cache_;
   CycleVote votes_;
   StallInspector stall_;

@@ -39,6 +39,9 @@ struct OpResult {
   const char* algorithm = "";
   // null: the caller completes the entries with `status` now.
   std::shared_ptr<DeferredCompletion> deferred;
+  // The failure repeats one already logged (e.g. a failed device set-up, given to
+  // every later device op): the caller need not log it again.
+  bool reported = false;
 };
 
 // One execution: a (possibly fused) response and this rank's entries for it.

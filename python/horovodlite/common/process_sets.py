@@ -7,12 +7,30 @@ once. Register sets on every rank with ``hvd.init(process_sets=[...])`` or, with
 ``hvd.add_process_set()`` / ``hvd.remove_process_set()`` (collective over every
 rank). Pass ``process_set=`` to a collective; a broadcast's ``root_rank`` stays a
 global rank, as in Horovod.
+
+This module is framework-neutral: it imports no framework. The framework
+binding (``horovodlite.torch`` installs its extension module ``_C`` when it is
+imported) is handed in with ``set_backend()``; it provides ``rank()``,
+``size()``, ``process_set_ids()``, ``process_set_ranks(id)``,
+``process_set_rank(id)``, ``process_set_size(id)``, ``add_process_set(ranks)``
+-> (code, message, id) and ``remove_process_set(id)`` -> (code, message).
 """
+
+from horovodlite.common.exceptions import HorovodInternalError
+
+_backend = None
+
+
+def set_backend(backend):
+    """Installs the framework binding that answers for the core (see above)."""
+    global _backend
+    _backend = backend
 
 
 def _C():
-    from horovodlite.torch import _C as c
-    return c
+    if _backend is None:
+        raise RuntimeError("horovodlite: no framework binding is loaded (import horovodlite.torch first)")
+    return _backend
 
 
 class ProcessSet:
@@ -81,12 +99,6 @@ global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
 
-def _temp_process_set_object(process_set_id):
-    ps = ProcessSet.__new__(ProcessSet)
-    ps.process_set_id = process_set_id
-    return ps
-
-
 def _resolve_comm_ranks(process_sets, global_comm):
     """Before init: the global ranks of each set given as an mpi4py communicator
     (ranks outside it may hold MPI.COMM_NULL). Collective over global_comm."""
@@ -145,7 +157,6 @@ def add_process_set(process_set):
             raise ValueError(message)
         if code == "INVALID_ARGUMENT":
             raise ValueError("Attempted to add a process set that cannot be added: %s (%s)" % (process_set, message))
-        from horovodlite.common.exceptions import HorovodInternalError
         raise HorovodInternalError(message)
     process_set.process_set_id = process_set_id
     return process_set
@@ -168,7 +179,6 @@ def remove_process_set(process_set):
     if code == "INVALID_ARGUMENT":  # not registered (removed already)
         process_set._invalidate()
         return False
-    from horovodlite.common.exceptions import HorovodInternalError
     raise HorovodInternalError(message)
 
 

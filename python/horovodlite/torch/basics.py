@@ -6,8 +6,12 @@ import warnings
 
 import torch  # noqa: F401  (loads libtorch before the extension module)
 
+from horovodlite.common import process_sets as _process_sets
 from horovodlite.common.process_sets import ProcessSet, _init_process_sets, _resolve_comm_ranks
 from horovodlite.torch import _C
+
+# The framework-neutral process sets ask the core through this binding.
+_process_sets.set_backend(_C)
 
 Average = _C.AVERAGE
 Sum = _C.SUM
@@ -199,7 +203,8 @@ def gloo_enabled():
 
 
 def gloo_built():
-    return False
+    """True when the library was built with the Gloo TCP transport (libgloo-dev)."""
+    return bool(_C.gloo_built())
 
 
 def nccl_built():

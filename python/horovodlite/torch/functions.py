@@ -12,7 +12,8 @@ except ImportError:  # pragma: no cover - depends on the installation
     import pickle as _pickle
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
-from horovodlite.torch.mpi_ops import _check_root, allgather, broadcast_, broadcast_async_, rank, synchronize
+from horovodlite.torch._checks import check_root
+from horovodlite.torch.mpi_ops import allgather, broadcast_, broadcast_async_, rank, synchronize
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
@@ -30,7 +31,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         params = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
         raise ValueError("invalid params of type: %s" % type(params))
-    _check_root(root_rank, "broadcast_parameters")
+    check_root(root_rank, "broadcast_parameters")
     for name, p in params:
         if not isinstance(p, torch.Tensor):
             raise TypeError("broadcast_parameters: %s is a %s, not a torch.Tensor" % (name, type(p).__name__))
@@ -54,20 +55,25 @@ def _local_step(optimizer):
 def _init_state_locally(optimizer):
     """Creates the state of an optimizer that has none with a step on zero
     gradients (as Horovod does), without collectives and without changing the
-    parameters or their gradients."""
+    parameters. As in Horovod, every parameter that requires grad is left with
+    the zero gradient of that step in ``.grad`` (programs read it, e.g. to
+    broadcast it); a step that raises leaves the gradients as they were."""
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     saved = [(p, p.grad, p.detach().clone()) for p in params]
+    ok = False
     try:
         for p in params:
             p.grad = torch.zeros_like(p)
             if isinstance(optimizer, torch.optim.SparseAdam):
                 p.grad = p.grad.to_sparse()
         _local_step(optimizer)
+        ok = True
     finally:
         with torch.no_grad():
             for p, grad, data in saved:
                 p.copy_(data)
-                p.grad = grad
+                if not ok:
+                    p.grad = grad
 
 
 def _describe_state(optimizer):
@@ -108,7 +114,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     An optimizer without state (a fresh one, e.g. on the ranks that did not load
     a checkpoint) first gets it by a local step on zero gradients, as in
     Horovod; this step never allreduces (also for a DistributedOptimizer) and
-    leaves the parameters and their gradients as they were.
+    leaves the parameters as they were; as in Horovod, each parameter that
+    requires grad then holds that step's zero gradient in ``.grad``.
     torch.optim.LBFGS is not supported.
 
     Arguments:
@@ -120,7 +127,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     _ps_id(process_set, "broadcast_optimizer_state")
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    _check_root(root_rank, "broadcast_optimizer_state")
+    check_root(root_rank, "broadcast_optimizer_state")
     if model is not None and not isinstance(model, torch.nn.Module):
         raise TypeError("broadcast_optimizer_state: model must be a torch.nn.Module or None, got %s"
                         % type(model).__name__)
@@ -178,7 +185,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         name: names the underlying broadcasts (default: the object's type name).
     """
     _ps_id(process_set, "broadcast_object")
-    _check_root(root_rank, "broadcast_object")
+    check_root(root_rank, "broadcast_object")
     if name is None:
         name = type(obj).__name__
     if rank() == root_rank:

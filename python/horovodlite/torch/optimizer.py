@@ -35,8 +35,8 @@ from contextlib import contextmanager
 import torch
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
-from horovodlite.torch import _C
 from horovodlite.torch._compat import backward_pass_key, register_grad_ready_hook
+from horovodlite.torch._enqueue import enqueue_allreduce
 from horovodlite.torch._sparse_grads import SparseGradients
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
@@ -104,7 +104,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.sparse_as_dense = sparse_as_dense
         self._sparse = SparseGradients()  # parameters whose gradients every rank knows to be sparse
         self.process_set = process_set
-        self._psid = _ps_id(process_set, "DistributedOptimizer")
 
         self._handles = {}          # parameter (or group tuple) -> _Pending, or None until sent
         self._grad_hooks = []      # keep the gradient-ready hooks registered
@@ -132,7 +131,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._p_to_group = {}
         self._group_counts = {}
 
-        if size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1":
+        # As Horovod: on a rank outside the process set no hooks are registered
+        # and the optimizer acts as the wrapped one (synchronize() does nothing).
+        if process_set.included() is not False and (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"):
             self._register_hooks()
 
     @staticmethod
@@ -163,8 +164,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._groups is not None:
             p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
             # The same parameter order on every rank: rank 0's.
-            names = broadcast_object([self._parameter_names.get(p) for p in p_list], root_rank=0,
-                                     name="DistributedOptimizer.groups")
+            # (Among the optimizer's process set, from its lowest rank.)
+            root = 0 if self.process_set is global_process_set else min(self.process_set.ranks)
+            names = broadcast_object([self._parameter_names.get(p) for p in p_list], root_rank=root,
+                                     name="DistributedOptimizer.groups", process_set=self.process_set)
             p_list = sorted(p_list, key=lambda p: names.index(self._parameter_names.get(p)))
             if isinstance(self._groups, list):
                 p_groups = []
@@ -208,11 +211,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 return self._sparse_allreduce_grad_async(p, name)
             tensor = tensor.to_dense()  # a copy: reduced in place, added to p.grad at synchronize()
         pre, post = self._scale_factors()
-        fp16_wire = self._compression is Compression.fp16 and tensor.dtype in (torch.float32, torch.float64)
-        if self._compression is Compression.none or fp16_wire:
+        if self._compression is Compression.none or (self._compression is Compression.fp16
+                                                     and tensor.dtype in (torch.float32, torch.float64)):
             # In place (Horovod's allreduce_async_); fp16: converted inside the
             # core while packing for the wire and back while unpacking, no copy here.
-            handle = _C.allreduce_async(tensor, name, self.op, pre, post, True, fp16_wire, None, self._psid)
+            handle = enqueue_allreduce(tensor, name=name, op=self.op, process_set=self.process_set,
+                                       prescale_factor=pre, postscale_factor=post, in_place=True,
+                                       compression=self._compression, what="DistributedOptimizer")
             return _Pending(handle, _IN_PLACE)
         compressed, ctx = self._compression.compress(tensor)
         handle = allreduce_async(compressed, name=name, op=self.op, prescale_factor=pre,
@@ -307,7 +312,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient allreduce, starting those whose hooks did not
         run (unused parameters get zero gradients, so every rank issues the
-        same names). Call before step() to inspect or clip gradients."""
+        same names). Call before step() to inspect or clip gradients. On a rank
+        outside the optimizer's process set it does nothing (as Horovod)."""
+        if self.process_set.included() is False:
+            self._synchronized = True
+            return
         completed = set()
         for x in self._handles.keys():
             completed.update(x) if isinstance(x, tuple) else completed.add(x)
@@ -413,8 +422,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     _ps_id(process_set, "DistributedOptimizer")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if op == Adasum:
-        raise NotImplementedError("DistributedOptimizer: the Adasum reduction is not supported by horovodlite")
+    if op == Adasum:  # the update, not the gradient, is combined (_adasum_optimizer.py)
+        from horovodlite.torch._adasum_optimizer import adasum_optimizer
+        return adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step, process_set)
     if op not in (Average, Sum):
         raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Sum")
     if num_groups != 0:

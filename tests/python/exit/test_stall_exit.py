@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from horovodlite.runner import mpi_flags
 
 MPIRUN = os.environ.get("HVL_TEST_MPIRUN", "mpirun")
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stall_job.py")
@@ -30,8 +31,7 @@ def _run_job(mode):
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1",
                HOROVODLITE_STALL_CHECK_TIME_SECONDS="2", HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS="6")
-    cmd = [MPIRUN, "-np", "3", "--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
-           "--mca", "btl", "^openib,ofi", "--mca", "mtl", "^ofi", sys.executable, JOB, mode]
+    cmd = [MPIRUN, "-np", "3"] + mpi_flags.JOB_FLAGS + mpi_flags.EXCLUSIONS + [sys.executable, JOB, mode]
     # A session of its own: on a hang, every process of the job is killed, not just mpirun.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             universal_newlines=True, start_new_session=True)

@@ -31,6 +31,9 @@ def test_each_flag_reaches_the_ranks(tmp_path):
         "--log-level", "debug", "--output-filename", str(out_dir),
         "--network-interface", "lo", "-p", "2222", "-i", "/nonexistent/id_key",
         "--start-timeout", "5", "--mpi-args=-x HVL_FROM_MPI_ARGS=yes", "--verbose",
+        "--autotune", "--autotune-log-file", str(tmp_path / "tune.csv"), "--autotune-warmup-samples", "1",
+        "--autotune-steps-per-sample", "4", "--autotune-bayes-opt-max-samples", "6",
+        "--autotune-gaussian-process-noise", "0.5",
     ]
     out = launch(options, report_command(tmp_path) + ["--an-arg"])
     assert out.returncode == 0, out.stdout
@@ -56,6 +59,12 @@ def test_each_flag_reaches_the_ranks(tmp_path):
             "OMPI_MCA_oob_tcp_if_include": "lo",
             "OMPI_MCA_plm_rsh_args": "-p 2222 -i /nonexistent/id_key",
             "HVL_FROM_MPI_ARGS": "yes",
+            "HOROVODLITE_AUTOTUNE": "1",
+            "HOROVODLITE_AUTOTUNE_LOG": str(tmp_path / "tune.csv"),
+            "HOROVODLITE_AUTOTUNE_WARMUP_SAMPLES": "1",
+            "HOROVODLITE_AUTOTUNE_STEPS_PER_SAMPLE": "4",
+            "HOROVODLITE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "6",
+            "HOROVODLITE_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "0.5",
         }
         assert {k: env.get(k) for k in expected} == expected
         # --output-filename: each rank's output in its own file; with --log-level
@@ -100,10 +109,14 @@ def test_more_ranks_than_slots_is_an_error(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--fusion-threshold"], "unrecognized arguments: --fusion-threshold"),  # no abbreviations
-    (["--autotune"], "horovodrun's --autotune is not supported: horovodlite has no autotuner yet"),
-    (["--autotune-log-file", "x.csv"], "--autotune-log-file is not supported"),
-    (["--gloo"], "--gloo is not supported: horovodlite runs on MPI only"),
-    (["--min-np", "2"], "--min-np is not supported: elastic training"),
+    (["--autotune-steps-per-sample", "0"], "must be >= 1, got 0"),
+    (["--gloo", "--mpi"], "not allowed with argument"),
+    (["--min-np", "3"], "-np 2 is outside --min-np 3"),
+    (["--min-np", "2", "--max-np", "1"], "--min-np 2 is more than --max-np 1"),
+    (["--max-np", "1"], "-np 2 is outside --min-np 2 .. --max-np 1"),
+    (["--reset-limit", "1"], "--reset-limit is for elastic jobs"),
+    (["--min-np", "1", "--blacklist-cooldown-range", "5", "2"], "lower limit 5 is above the upper limit 2"),
+    (["--min-np", "1", "--mpi"], "elastic jobs (--min-np/--max-np/--host-discovery-script) run on Gloo"),
     (["--log-level", "chatty"], "must be one of TRACE, DEBUG, INFO, WARNING, ERROR, FATAL"),
     (["-p", "0"], "must be a port number"),
     (["-H", "localhost:2", "--hostfile", "h"], "not allowed with argument"),

@@ -124,3 +124,33 @@ def test_fp16_compression_leaves_other_dtypes_as_horovod(size):
     bf = torch.full((5,), 1.0 + hvd.rank(), dtype=torch.bfloat16)
     out = hvd.allreduce(bf, name="fp16.bf16", op=hvd.Sum, compression=hvd.Compression.fp16)
     assert out.dtype == torch.bfloat16 and torch.equal(out.float(), torch.full((5,), size * (size + 1) / 2.0))
+
+
+@pytest.mark.parametrize("form", ["allreduce", "allreduce_async", "allreduce_async_", "allreduce_"])
+def test_every_allreduce_form_makes_the_same_checks(form, size):
+    """The in-place form (DistributedOptimizer's and per-parameter loops' fast
+    path) refuses what the others refuse, with the same error types, and names
+    the public function; nothing is enqueued, so the ranks stay in step."""
+    fn = getattr(hvd, form)
+    t = torch.ones(3)
+    unregistered = hvd.ProcessSet([0])
+    bad = [
+        (TypeError, "expected a torch.Tensor", lambda: fn([1.0, 2.0], name="chk.list")),
+        (ValueError, "sparse", lambda: fn(torch.ones(2).to_sparse(), name="chk.sparse")),
+        (TypeError, "name must be a str", lambda: fn(t, name=7)),
+        (TypeError, "prescale_factor must be a number", lambda: fn(t, name="chk.pre", prescale_factor="2")),
+        (TypeError, "postscale_factor must be a number", lambda: fn(t, name="chk.post", postscale_factor=None)),
+        (ValueError, "op must be one of", lambda: fn(t, name="chk.op", op=99)),
+        (ValueError, "op must be one of", lambda: fn(t, name="chk.op.bool", op=True)),
+        (ValueError, "is not registered", lambda: fn(t, name="chk.ps", process_set=unregistered)),
+        (TypeError, "process_set must be a hvd.ProcessSet", lambda: fn(t, name="chk.ps.type", process_set=1)),
+    ]
+    for error, text, call in bad:
+        with pytest.raises(error, match=text) as info:
+            call()
+        assert str(info.value).startswith(form) or form in str(info.value), str(info.value)
+    # Integer factors and a None name are accepted (converted), as everywhere.
+    out = hvd.synchronize(fn(t.clone(), name=None, op=hvd.Sum, prescale_factor=2, postscale_factor=1)) \
+        if form.endswith("async") or form.endswith("async_") else \
+        fn(t.clone(), name=None, op=hvd.Sum, prescale_factor=2, postscale_factor=1)
+    assert torch.equal(out, torch.full((3,), 2.0 * size))

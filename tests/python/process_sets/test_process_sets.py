@@ -207,6 +207,44 @@ def test_optimizer_on_a_subset_equals_one_process_on_the_concatenated_batch(dyna
         assert torch.allclose(p, q, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("groups", [None, 2], ids=["per_parameter", "groups"])
+def test_optimizer_on_a_set_acts_as_the_wrapped_one_outside_it(dynamic, groups):
+    """Horovod 0.28: a DistributedOptimizer whose process set does not include
+    this rank registers no hooks there and steps as the wrapped optimizer, so a
+    program that gives every rank the same optimizer restricted to some of them
+    runs on every rank."""
+    ps = hvd.add_process_set(list(range(1, hvd.size())) if hvd.size() > 2 else [1])  # not rank 0
+    g = torch.Generator().manual_seed(200 + hvd.rank())
+    x, y = torch.randn(3, 4, generator=g).double(), torch.randn(3, 2, generator=g).double()
+
+    def model():
+        torch.manual_seed(11)
+        return torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2)).double()
+
+    net, local = model(), model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), named_parameters=net.named_parameters(),
+                                   process_set=ps, groups=groups)
+    local_opt = torch.optim.SGD(local.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+        local_opt.zero_grad()
+        torch.nn.functional.mse_loss(local(x), y).backward()
+        local_opt.step()
+    if not ps.included():
+        assert opt._grad_hooks == [] and opt._handles == {}
+        for p, q in zip(net.parameters(), local.parameters()):
+            assert torch.equal(p, q)  # the wrapped optimizer's step on the local gradient
+        return
+    # In the set: gradients averaged over its ranks, so its ranks agree.
+    flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).unsqueeze(0)
+    gathered = hvd.allgather(flat, process_set=ps)
+    assert torch.equal(gathered, flat.expand_as(gathered))
+    if ps.size() > 1:
+        assert not torch.equal(flat[0], torch.cat([p.detach().reshape(-1) for p in local.parameters()]))
+
+
 def test_errors_in_a_set_name_global_ranks_and_the_set(dynamic):
     """A set of ranks 1..n-1: a mismatch names its members by their global ranks
     and says which set (its coordinator numbers them 0..n-2 inside the set)."""

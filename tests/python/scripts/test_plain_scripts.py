@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from horovodlite.runner import mpi_flags
 
 MPIRUN = os.environ.get("HVL_TEST_MPIRUN", "mpirun")
 # Open MPI 4.1's OFI components can hang MPI_Init (docs/reliability.md): left out, as the suite does.
-MPIRUN_FLAGS = ["--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
-                "--mca", "btl", "^openib,ofi", "--mca", "mtl", "^ofi"]
+MPIRUN_FLAGS = mpi_flags.JOB_FLAGS + mpi_flags.EXCLUSIONS
 
 
 def _clean_env():
