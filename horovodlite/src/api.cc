@@ -144,8 +144,8 @@ Status check_adasum(const std::string& name, DataType dtype, const ProcessSet& p
     const std::string where =
         process_set.id() == 0 ? "the world size is " : "process set " + std::to_string(process_set.id()) + " has ";
     return Status::InvalidArgument("tensor '" + name + "': Adasum needs a power-of-two number of ranks, but " + where +
-                                   std::to_string(set.size()) + " (on rank " + std::to_string(current_runtime()->mpi().rank()) +
-                                   ")");
+                                   std::to_string(set.size()) + " (on rank " +
+                                   std::to_string(current_runtime()->mpi().rank()) + ")");
   }
   return Status::OK();
 }
