@@ -172,7 +172,13 @@ int main(int argc, char** argv) {
         o.compression = c;
         hs.push_back(hvl::allreduce_async("resnet50." + std::to_string(i), t, t, o));
       }
-      for (auto& h : hs) h->wait();
+      for (auto& h : hs) {
+        const hvl::Status st = h->wait();
+        if (!st.ok()) {
+          std::fprintf(stderr, "allreduce failed: %s\n", st.to_string().c_str());
+          MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+      }
     };
     resnet_hvl = timed(1, std::max(2, 5 * scale / 100), [&] { step(hvl::Compression::kNone); });
     resnet_hvl_fp16 = timed(1, std::max(2, 5 * scale / 100), [&] { step(hvl::Compression::kFp16); });
@@ -219,7 +225,8 @@ int main(int argc, char** argv) {
       std::printf("wrote %s\n", csv.c_str());
     }
   }
-  hvl::shutdown();
+  const hvl::Status down = hvl::shutdown();
+  if (!down.ok()) std::fprintf(stderr, "shutdown: %s\n", down.to_string().c_str());
   MPI_Finalize();
-  return 0;
+  return down.ok() ? 0 : 1;
 }

@@ -45,7 +45,14 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
   auto ctx = std::make_shared<cuda::DeviceContext>(mpi, config);
   reg.keep(ctx);
   // The host-staged algorithms run the host's choice on pinned copies.
-  cuda::HostRunFn on_host = [r = &reg](const OpArgs& a) { return r->choose(a.response)->run(a); };
+  cuda::HostRunFn on_host = [r = &reg](const OpArgs& a) {
+    Algorithm* host = r->choose(a.response);
+    if (host == nullptr) {
+      return OpResult(Status::Internal(std::string("no host algorithm is enabled for the host-staged ") +
+                                       op_type_name(a.response.type) + " of '" + a.response.names[0] + "'"));
+    }
+    return host->run(a);
+  };
   cuda::HostAllreduceFn allreduce_on_host = [host_allreduce](void* buf, int64_t count, DataType dtype, ReduceOp op) {
     const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
     for (HostAllreduce* a : host_allreduce) {
@@ -125,6 +132,7 @@ Status check_device(const std::string& name, int device) {
 
 bool device_backend_built() { return true; }
 int device_nccl_version() { return NCCL_VERSION_CODE; }
+int device_runtime_version() { return CUDART_VERSION; }
 
 #else
 
@@ -138,6 +146,7 @@ Status check_device(const std::string& name, int device) {
 
 bool device_backend_built() { return false; }
 int device_nccl_version() { return 0; }
+int device_runtime_version() { return 0; }
 
 #endif
 

@@ -24,6 +24,7 @@ Status check_device(const std::string& name, int device);
 // Build facts for the public API.
 bool device_backend_built();
 int device_nccl_version();
+int device_runtime_version();  // CUDART_VERSION the build compiled against; 0 without CUDA
 int device_count();
 
 }  // namespace horovodlite

@@ -20,10 +20,9 @@ namespace horovodlite {
 
 namespace {
 
-std::mutex g_mu;                         // guards g_runtime (init/shutdown vs. callers)
-std::shared_ptr<Runtime> g_runtime;      // the one mutable global: the handle to the runtime
-std::atomic<uint64_t> g_noname{0};       // unnamed ops before init
-std::atomic<uint64_t> g_set_changes{0};  // add/remove_process_set calls (the same order on every rank)
+std::mutex g_mu;                     // guards g_runtime (init/shutdown vs. callers)
+std::shared_ptr<Runtime> g_runtime;  // the one mutable global: the handle to the runtime
+std::atomic<uint64_t> g_noname{0};   // unnamed ops before init
 
 std::once_flag g_atexit_once;
 
@@ -50,12 +49,10 @@ void shutdown_at_exit() {
   if (!rt->stopped()) {
     HVL_LOG(kWarning, "exiting without horovodlite::shutdown(): shutting down and telling the other ranks");
   }
-  rt->stop(/*exiting=*/true);
-}
-
-std::shared_ptr<Runtime> current() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_runtime;
+  // At exit nobody can act on the reason any more (a peer's shutdown or stall is
+  // what ends most jobs that get here): log it for the record.
+  const Status s = rt->stop(/*exiting=*/true);
+  if (!s.ok()) HVL_LOG(kDebug, "stopped at exit: " << s.message());
 }
 
 HandlePtr failed(const std::string& name, Status s) {
@@ -68,7 +65,7 @@ HandlePtr failed(const std::string& name, Status s) {
 // whatever other sets they use).
 std::string auto_name(const std::string& name, const char* op, const ProcessSet& set) {
   if (!name.empty()) return name;
-  auto rt = current();
+  auto rt = current_runtime();
   const uint64_t n = rt ? rt->process_sets().next_serial(set.id(), false) : g_noname.fetch_add(1);
   return std::string(op) + ".noname." + std::to_string(n);
 }
@@ -83,7 +80,7 @@ struct SetView {
 
 SetView view_of(const ProcessSet& set) {
   SetView v;
-  auto rt = current();
+  auto rt = current_runtime();
   if (rt && rt->process_sets().set_info(set.id(), &v.ranks, &v.rank)) v.member = v.rank >= 0;
   return v;
 }
@@ -147,15 +144,15 @@ Status check_adasum(const std::string& name, DataType dtype, const ProcessSet& p
     const std::string where =
         process_set.id() == 0 ? "the world size is " : "process set " + std::to_string(process_set.id()) + " has ";
     return Status::InvalidArgument("tensor '" + name + "': Adasum needs a power-of-two number of ranks, but " + where +
-                                   std::to_string(set.size()) + " (on rank " + std::to_string(current()->mpi().rank()) +
-                                   ")");
+                                   std::to_string(set.size()) + " (on rank " +
+                                   std::to_string(current_runtime()->mpi().rank()) + ")");
   }
   return Status::OK();
 }
 
 // Builds and enqueues an entry, or returns a failed handle.
 HandlePtr submit(std::unique_ptr<TensorEntry> e, const ProcessSet& set) {
-  auto rt = current();
+  auto rt = current_runtime();
   if (!rt) {
     return failed(e->request.name, Status::Precondition("horovodlite is not initialized (call init() first, or "
                                                         "init() again after shutdown()); cannot run '" +
@@ -180,6 +177,11 @@ std::unique_ptr<TensorEntry> make_entry(OpType type, const std::string& name, co
 }
 
 }  // namespace
+
+std::shared_ptr<Runtime> current_runtime() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime;
+}
 
 Status init(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -207,98 +209,10 @@ Status shutdown() {
 }
 
 void request_shutdown() {
-  if (auto rt = current()) rt->request_stop();
+  if (auto rt = current_runtime()) rt->request_stop();
 }
 
-bool is_initialized() { return current() != nullptr; }
-
-// ---- process sets ----
-
-namespace {
-
-Status check_dynamic(const std::shared_ptr<Runtime>& rt, const char* what) {
-  if (!rt) return Status::Precondition(std::string("horovodlite is not initialized; cannot ") + what);
-  if (!rt->config().dynamic_process_sets) {
-    return Status::Precondition(std::string("cannot ") + what +
-                                ": runtime support for dynamic process sets is not enabled; set "
-                                "HOROVODLITE_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1) on every "
-                                "rank, or pass the sets to init()");
-  }
-  return Status::OK();
-}
-
-// A barrier of the global set whose execution runs `action` on every rank.
-Status run_set_change(const std::shared_ptr<Runtime>& rt, const std::string& name, std::function<Status()> action) {
-  TensorView none;
-  none.dtype = DataType::kUInt8;
-  none.shape = {0};
-  auto e = std::make_unique<TensorEntry>();
-  e->request.type = OpType::kBarrier;
-  e->request.name = name;
-  e->request.dtype = none.dtype;
-  e->request.shape = none.shape;
-  e->input = e->output = none;
-  e->handle = std::make_shared<Handle>(name);
-  e->action = std::move(action);
-  if (rt->on_background_thread()) {
-    return Status::Precondition("process sets cannot be added or removed from a completion callback");
-  }
-  return rt->enqueue(std::move(e), 0)->wait();
-}
-
-}  // namespace
-
-Status add_process_set(const std::vector<int>& ranks, ProcessSet* out) {
-  auto rt = current();
-  HVL_RETURN_IF_ERROR(check_dynamic(rt, "add a process set"));
-  auto id = std::make_shared<int32_t>(-1);
-  Runtime* r = rt.get();
-  HVL_RETURN_IF_ERROR(run_set_change(rt, "horovodlite.process_set.add." + std::to_string(g_set_changes.fetch_add(1)),
-                                     [r, ranks, id] { return r->process_sets().register_set(ranks, id.get()); }));
-  if (out) *out = ProcessSet(*id);
-  return Status::OK();
-}
-
-Status remove_process_set(const ProcessSet& set) {
-  auto rt = current();
-  HVL_RETURN_IF_ERROR(check_dynamic(rt, "remove a process set"));
-  if (set.is_global()) return Status::InvalidArgument("the global process set (id 0) cannot be removed");
-  Runtime* r = rt.get();
-  const int32_t id = set.id();
-  return run_set_change(rt, "horovodlite.process_set.remove." + std::to_string(g_set_changes.fetch_add(1)),
-                        [r, id] { return r->process_sets().unregister_set(id); });
-}
-
-std::vector<ProcessSet> process_sets() {
-  std::vector<ProcessSet> out;
-  auto rt = current();
-  if (!rt) return out;
-  for (int32_t id : rt->process_sets().set_ids()) out.emplace_back(id);
-  return out;
-}
-
-bool ProcessSet::included() const { return rank() >= 0; }
-
-int ProcessSet::rank() const {
-  auto rt = current();
-  int r = -1;
-  if (!rt || !rt->process_sets().set_info(id_, nullptr, &r)) return -1;
-  return r;
-}
-
-int ProcessSet::size() const {
-  auto rt = current();
-  std::vector<int> ranks;
-  if (!rt || !rt->process_sets().set_info(id_, &ranks, nullptr)) return -1;
-  return static_cast<int>(ranks.size());
-}
-
-std::vector<int> ProcessSet::ranks() const {
-  auto rt = current();
-  std::vector<int> ranks;
-  if (rt) rt->process_sets().set_info(id_, &ranks, nullptr);
-  return ranks;
-}
+bool is_initialized() { return current_runtime() != nullptr; }
 
 bool cuda_built() { return device_backend_built(); }
 int nccl_version() { return device_nccl_version(); }
@@ -306,7 +220,7 @@ int cuda_device_count() { return device_count(); }
 
 #define HVL_MPI_QUERY(fn, member)        \
   int fn() {                             \
-    auto rt = current();                 \
+    auto rt = current_runtime();         \
     return rt ? rt->mpi().member() : -1; \
   }
 HVL_MPI_QUERY(rank, rank)
@@ -318,29 +232,29 @@ HVL_MPI_QUERY(cross_size, cross_size)
 #undef HVL_MPI_QUERY
 
 bool mpi_threads_supported() {
-  auto rt = current();
+  auto rt = current_runtime();
   return rt && rt->mpi().threads_multiple();
 }
 
 Stats stats() {
-  auto rt = current();
+  auto rt = current_runtime();
   return rt ? rt->stats() : Stats{};
 }
 
 const Config& config() {
   static const Config kDefault;
-  auto rt = current();
+  auto rt = current_runtime();
   return rt ? rt->config() : kDefault;
 }
 
 Status start_timeline(const std::string& path, bool mark_cycles) {
-  auto rt = current();
+  auto rt = current_runtime();
   if (!rt) return Status::Precondition("horovodlite is not initialized; cannot start a timeline");
   return rt->start_timeline(path, mark_cycles);
 }
 
 Status stop_timeline() {
-  auto rt = current();
+  auto rt = current_runtime();
   if (!rt) return Status::Precondition("horovodlite is not initialized; no timeline to stop");
   return rt->stop_timeline();
 }
@@ -493,7 +407,7 @@ std::vector<HandlePtr> submit_group(
     entries[i]->request.group_id = id;
     entries[i]->request.group_size = static_cast<int32_t>(members.size());
   }
-  auto rt = current();
+  auto rt = current_runtime();
   if (!rt) {
     return fail_all(
         Status::Precondition("horovodlite is not initialized (call init() first, or init() again "
@@ -662,7 +576,7 @@ HandlePtr barrier_async(const BarrierOptions& options) {
   TensorView none;
   none.dtype = DataType::kUInt8;
   none.shape = {0};
-  auto rt = current();
+  auto rt = current_runtime();
   const uint64_t n = rt ? rt->process_sets().next_serial(options.process_set.id(), true) : 0;
   return submit(make_entry(OpType::kBarrier, "horovodlite.barrier." + std::to_string(n), none), options.process_set);
 }

@@ -4,10 +4,7 @@
 
 #include <cstring>
 
-#ifdef HVL_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
+#include "algorithms.h"
 #include "horovodlite/config.h"
 #include "horovodlite/horovodlite.h"
 #include "horovodlite/version.h"
@@ -31,9 +28,7 @@ BuildInfo build_info() {
   }
   MPI_Get_version(&info.mpi_version, &info.mpi_subversion);
   info.cuda = cuda_built();
-#ifdef HVL_HAVE_CUDA
-  info.cuda_runtime_version = CUDART_VERSION;
-#endif
+  info.cuda_runtime_version = device_runtime_version();
   info.gloo = gloo_built();
   info.nccl_version = nccl_version();
   info.cpu_avx2_f16c = kernels::cpu_has_avx2_f16c();

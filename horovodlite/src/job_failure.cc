@@ -31,11 +31,6 @@ void clear_job_failure() {
   g_reason = nullptr;
 }
 
-bool job_failed() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_reason != nullptr;
-}
-
 void abort_job_if_failed() {
   std::string reason;
   {

@@ -17,6 +17,5 @@ namespace horovodlite {
 // Keeps the first reason until cleared.
 void record_job_failure(const std::string& reason);
 void clear_job_failure();
-bool job_failed();
 
 }  // namespace horovodlite

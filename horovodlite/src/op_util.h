@@ -40,4 +40,18 @@ inline double effective_postscale(const Response& r, int size) {
 }
 inline ReduceOp effective_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
+// An allreduce whose data travels as fp16 (Compression::kFp16 applies to
+// float32 and float64 only; other dtypes travel as they are).
+inline bool fp16_compressed(const Response& r) {
+  return r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
+}
+// The dtype an allreduce's algorithm reduces: fp16 when compressed.
+inline DataType wire_dtype(const Response& r) { return fp16_compressed(r) ? DataType::kFloat16 : r.dtype; }
+// Elements of a (possibly fused) allreduce: the sum over its tensors.
+inline int64_t total_elements(const Response& r) {
+  int64_t n = 0;
+  for (int64_t s : r.tensor_sizes) n += s;
+  return n;
+}
+
 }  // namespace horovodlite

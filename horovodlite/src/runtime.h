@@ -129,4 +129,8 @@ class Runtime {
   std::thread thread_;
 };
 
+// The runtime init() started; null before init() and after shutdown(). The one
+// global handle to it is in api.cc.
+std::shared_ptr<Runtime> current_runtime();
+
 }  // namespace horovodlite

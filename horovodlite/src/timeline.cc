@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "logging.h"
+
 namespace horovodlite {
 
 namespace {
@@ -31,7 +33,11 @@ bool write_all(int fd, const std::string& data) {
 
 }  // namespace
 
-Timeline::~Timeline() { stop(); }
+Timeline::~Timeline() {
+  // Normally stopped already (Runtime::stop); a destructor cannot return the error.
+  const Status s = stop();
+  if (!s.ok()) HVL_LOG(kWarning, s.message());
+}
 
 std::string Timeline::escape(const std::string& s) {
   std::string out;

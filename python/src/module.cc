@@ -341,11 +341,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("mpi_threads_supported", &hvt::mpi_threads_supported);
   m.def("nccl_version", &nccl_version);
   m.def("gloo_built", &horovodlite::gloo_built);
-#ifdef HVL_HAVE_CUDA
-  m.attr("cuda_built") = true;
-#else
-  m.attr("cuda_built") = false;
-#endif
+  m.attr("cuda_built") = horovodlite::cuda_built();  // the core knows (algorithms.cc)
 #ifdef HVL_HAVE_TIMELINE
   m.attr("timeline_built") = true;
 #else

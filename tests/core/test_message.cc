@@ -1,6 +1,7 @@
 // Wire format round trips and defensive decoding; the response cache; fusion.
 #include <gtest/gtest.h>
 
+#include "enforce.h"
 #include "message.h"
 #include "negotiation/readiness_table.h"
 #include "negotiation/response_cache.h"
@@ -212,4 +213,21 @@ TEST(ReadinessTable, MixedCpuGpuPlacementIsAnErrorButDifferentGpusAreNot) {
   out = c.take_ready();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].type, OpType::kAllreduce);
+}
+
+namespace {
+
+Status enforce_sizes(size_t a, size_t b) {
+  HVL_ENFORCE_EQ(a, b, "tensor '", "x", "'");
+  return Status::OK();
+}
+
+}  // namespace
+
+TEST(Enforce, EqSaysFileLineConditionAndBothValues) {
+  EXPECT_TRUE(enforce_sizes(3, 3).ok());
+  const Status s = enforce_sizes(3, 4);
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_NE(s.message().find("test_message.cc:"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("invariant a == b failed (3 vs. 4): tensor 'x'"), std::string::npos) << s.message();
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../dtype_values.h"
 #include "horovodlite/horovodlite.h"
 #include "kernels/reduce.h"
 
@@ -34,67 +35,8 @@ class Buffer {
   void* data() { return bytes_.data(); }
   TensorView view() { return TensorView{bytes_.data(), dtype_, shape_, kCpuDevice}; }
 
-  double get(int64_t i) const {
-    const void* p = bytes_.data() + i * dtype_size(dtype_);
-    switch (dtype_) {
-      case DataType::kUInt8:
-        return *static_cast<const uint8_t*>(p);
-      case DataType::kInt8:
-        return *static_cast<const int8_t*>(p);
-      case DataType::kInt16:
-        return *static_cast<const int16_t*>(p);
-      case DataType::kInt32:
-        return *static_cast<const int32_t*>(p);
-      case DataType::kInt64:
-        return static_cast<double>(*static_cast<const int64_t*>(p));
-      case DataType::kFloat16:
-        return kernels::half_to_float(*static_cast<const uint16_t*>(p));
-      case DataType::kBFloat16:
-        return kernels::bfloat16_to_float(*static_cast<const uint16_t*>(p));
-      case DataType::kFloat32:
-        return *static_cast<const float*>(p);
-      case DataType::kFloat64:
-        return *static_cast<const double*>(p);
-      case DataType::kBool:
-        return *static_cast<const uint8_t*>(p) ? 1.0 : 0.0;
-    }
-    return 0;
-  }
-  void set(int64_t i, double v) {
-    void* p = bytes_.data() + i * dtype_size(dtype_);
-    switch (dtype_) {
-      case DataType::kUInt8:
-        *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v);
-        break;
-      case DataType::kInt8:
-        *static_cast<int8_t*>(p) = static_cast<int8_t>(v);
-        break;
-      case DataType::kInt16:
-        *static_cast<int16_t*>(p) = static_cast<int16_t>(v);
-        break;
-      case DataType::kInt32:
-        *static_cast<int32_t*>(p) = static_cast<int32_t>(v);
-        break;
-      case DataType::kInt64:
-        *static_cast<int64_t*>(p) = static_cast<int64_t>(v);
-        break;
-      case DataType::kFloat16:
-        *static_cast<uint16_t*>(p) = kernels::float_to_half(static_cast<float>(v));
-        break;
-      case DataType::kBFloat16:
-        *static_cast<uint16_t*>(p) = kernels::float_to_bfloat16(static_cast<float>(v));
-        break;
-      case DataType::kFloat32:
-        *static_cast<float*>(p) = static_cast<float>(v);
-        break;
-      case DataType::kFloat64:
-        *static_cast<double*>(p) = v;
-        break;
-      case DataType::kBool:
-        *static_cast<uint8_t*>(p) = v != 0.0;
-        break;
-    }
-  }
+  double get(int64_t i) const { return load_as_double(bytes_.data() + i * dtype_size(dtype_), dtype_); }
+  void set(int64_t i, double v) { store_from_double(bytes_.data() + i * dtype_size(dtype_), dtype_, v); }
   bool bitwise_equal(const Buffer& o) const { return bytes_ == o.bytes_; }
 
  private:

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "../dtype_values.h"
 #include "cuda/kernels.h"
 #include "kernels/half.h"
 #include "kernels/reduce.h"
@@ -43,39 +44,13 @@ std::vector<uint8_t> random_values(DataType dtype, int64_t n, uint32_t seed) {
   std::uniform_real_distribution<double> u(-100.0, 100.0);
   std::vector<uint8_t> out(n * dtype_size(dtype));
   for (int64_t i = 0; i < n; ++i) {
-    const double v = u(rng);
-    void* p = out.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DataType::kUInt8:
-        *static_cast<uint8_t*>(p) = static_cast<uint8_t>(rng());
-        break;
-      case DataType::kInt8:
-        *static_cast<int8_t*>(p) = static_cast<int8_t>(rng());
-        break;
-      case DataType::kInt16:
-        *static_cast<int16_t*>(p) = static_cast<int16_t>(rng());
-        break;
-      case DataType::kInt32:
-        *static_cast<int32_t*>(p) = static_cast<int32_t>(rng());
-        break;
-      case DataType::kInt64:
-        *static_cast<int64_t*>(p) = (static_cast<int64_t>(rng()) << 32) | rng();
-        break;
-      case DataType::kFloat16:
-        *static_cast<uint16_t*>(p) = kernels::float_to_half(static_cast<float>(v));
-        break;
-      case DataType::kBFloat16:
-        *static_cast<uint16_t*>(p) = kernels::float_to_bfloat16(static_cast<float>(v));
-        break;
-      case DataType::kFloat32:
-        *static_cast<float*>(p) = static_cast<float>(v);
-        break;
-      case DataType::kFloat64:
-        *static_cast<double*>(p) = v;
-        break;
-      case DataType::kBool:
-        *static_cast<uint8_t*>(p) = rng() & 1;
-        break;
+    uint8_t* p = out.data() + i * dtype_size(dtype);
+    if (dtype == DataType::kBool) {
+      *p = rng() & 1;
+    } else if (dtype_is_floating(dtype)) {
+      hvl_test::store_from_double(p, dtype, u(rng));
+    } else {
+      for (size_t b = 0; b < dtype_size(dtype); ++b) p[b] = static_cast<uint8_t>(rng());  // any bits: a valid integer
     }
   }
   return out;

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
     }
     if (mode == "none" && step == 20) break;
   }
-  shutdown();
+  const Status down = shutdown();
+  if (!down.ok()) std::fprintf(stderr, "rank %d: shutdown: %s\n", me, down.to_string().c_str());
   return 0;
 }

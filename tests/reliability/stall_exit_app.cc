@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
   std::fflush(stderr);
   if (s.ok()) return 5;  // cannot happen: the last rank never submits it
   if (mode == "clean") {
-    shutdown();
+    const Status down = shutdown();  // after the stall: the reason is already reported above
+    if (!down.ok()) std::fprintf(stderr, "rank %d: shutdown: %s\n", me, down.to_string().c_str());
     return 0;
   }
   return 3;

@@ -47,11 +47,6 @@ bool lookup(at::ScalarType type, DataType* out) {
 
 }  // namespace
 
-bool is_supported(at::ScalarType type) {
-  DataType unused;
-  return lookup(type, &unused);
-}
-
 DataType to_data_type(at::ScalarType type) {
   DataType out;
   if (!lookup(type, &out)) {
@@ -61,32 +56,6 @@ DataType to_data_type(at::ScalarType type) {
                            "float64, bool)");
   }
   return out;
-}
-
-at::ScalarType to_scalar_type(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return at::kByte;
-    case DataType::kInt8:
-      return at::kChar;
-    case DataType::kInt16:
-      return at::kShort;
-    case DataType::kInt32:
-      return at::kInt;
-    case DataType::kInt64:
-      return at::kLong;
-    case DataType::kFloat16:
-      return at::kHalf;
-    case DataType::kBFloat16:
-      return at::kBFloat16;
-    case DataType::kFloat32:
-      return at::kFloat;
-    case DataType::kFloat64:
-      return at::kDouble;
-    case DataType::kBool:
-      return at::kBool;
-  }
-  throw HorovodError(StatusCode::kInvalidArgument, "invalid horovodlite DataType");
 }
 
 void check_tensor(const at::Tensor& tensor, const std::string& what) {

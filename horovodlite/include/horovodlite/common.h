@@ -62,7 +62,7 @@ enum class StatusCode : uint8_t {
   kInProgress = 9,  // handle not completed yet
 };
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}

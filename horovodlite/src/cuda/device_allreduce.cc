@@ -1,7 +1,5 @@
 #include "cuda/device_allreduce.h"
 
-#include <numeric>
-
 #include "cuda/cuda_status.h"
 #include "cuda/kernels.h"
 #include "op_util.h"
@@ -15,14 +13,6 @@ namespace {
 // Tensors start at multiples of 64 bytes in the fusion buffer (vectorised copies).
 constexpr int64_t kAlignBytes = 64;
 
-bool compressed(const Response& r) {
-  return r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
-}
-
-int64_t total_elements(const Response& r) {
-  return std::accumulate(r.tensor_sizes.begin(), r.tensor_sizes.end(), int64_t(0));
-}
-
 }  // namespace
 
 Status DeviceAllreduce::reduce_into(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) {
@@ -32,14 +22,14 @@ Status DeviceAllreduce::reduce_into(const void* send, void* recv, int64_t count,
 }
 
 bool DeviceAllreduce::enabled(const Response& r) const {
-  const DataType wire = compressed(r) ? DataType::kFloat16 : r.dtype;
+  const DataType wire = wire_dtype(r);
   return accepts(wire, effective_op(r.reduce_op), total_elements(r) * static_cast<int64_t>(dtype_size(wire)));
 }
 
 Status DeviceAllreduce::enqueue(const OpArgs& args) {
   const Response& r = args.response;
   const std::vector<TensorEntry*>& entries = args.entries;
-  const bool fp16 = compressed(r);
+  const bool fp16 = fp16_compressed(r);
   const DataType wire = fp16 ? DataType::kFloat16 : r.dtype;
   const size_t welem = dtype_size(wire);
   const int64_t total = total_elements(r);

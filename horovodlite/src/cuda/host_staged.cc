@@ -35,6 +35,9 @@ Status HostStaged::enqueue(const OpArgs& args) {
   std::vector<TensorEntry> staged(entries.size());
   std::vector<TensorEntry*> ptrs(entries.size(), nullptr);
   std::vector<TensorView> device_out(entries.size());
+  // What the host path produced: the staged output (broadcast, in place) or
+  // the pinned buffer its allocator handed out (allgather, alltoall, reducescatter).
+  std::vector<TensorView> host_out(entries.size());
   PinnedBuffer& stage_out = ctx().stage_out();
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i] == nullptr) continue;
@@ -45,7 +48,8 @@ Status HostStaged::enqueue(const OpArgs& args) {
     s.input.device = kCpuDevice;
     s.output = s.input;
     if (entries[i]->allocate) {
-      s.allocate = [i, orig = entries[i]->allocate, &device_out, &stage_out](const Shape& shape, TensorView* out) {
+      s.allocate = [i, orig = entries[i]->allocate, &device_out, &host_out, &stage_out](const Shape& shape,
+                                                                                        TensorView* out) {
         TensorView dev;
         HVL_RETURN_IF_ERROR(orig(shape, &dev));
         device_out[i] = dev;
@@ -55,9 +59,11 @@ Status HostStaged::enqueue(const OpArgs& args) {
         *out = dev;
         out->data = host;
         out->device = kCpuDevice;
+        host_out[i] = *out;
         return Status::OK();
       };
     }
+    if (!s.allocate) host_out[i] = s.output;
     ptrs[i] = &s;
   }
   Response hr = r;
@@ -69,10 +75,9 @@ Status HostStaged::enqueue(const OpArgs& args) {
   for (size_t i = 0; i < entries.size(); ++i) {
     TensorEntry* e = entries[i];
     if (e == nullptr) continue;
-    const TensorView& host_out = e->handle->output();  // what the host path produced
     TensorView dev = e->allocate ? device_out[i] : e->output;
-    const size_t bytes = static_cast<size_t>(host_out.num_elements()) * elem;
-    if (bytes > 0) HVL_CUDA_CHECK(cudaMemcpyAsync(dev.data, host_out.data, bytes, cudaMemcpyHostToDevice, stream));
+    const size_t bytes = static_cast<size_t>(host_out[i].num_elements()) * elem;
+    if (bytes > 0) HVL_CUDA_CHECK(cudaMemcpyAsync(dev.data, host_out[i].data, bytes, cudaMemcpyHostToDevice, stream));
     e->handle->set_output(dev);
   }
   return Status::OK();

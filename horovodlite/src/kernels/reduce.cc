@@ -307,26 +307,6 @@ bool detect_avx2_f16c() {
 #endif
 }
 
-size_t element_bytes(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
-    case DataType::kInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;
-}
-
 }  // namespace
 
 bool cpu_has_avx2_f16c() {
@@ -354,7 +334,7 @@ void scale(void* buf, int64_t count, DataType dtype, double factor) {
 void scale_copy(void* dst, const void* src, int64_t count, DataType dtype, double factor) {
   if (count <= 0) return;
   if (factor == 1.0) {
-    if (dst != src) std::memcpy(dst, src, static_cast<size_t>(count) * element_bytes(dtype));
+    if (dst != src) std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(dtype));
     return;
   }
 #if HVL_KERNELS_X86

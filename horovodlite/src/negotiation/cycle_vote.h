@@ -52,7 +52,6 @@ class CycleVote {
     ReduceOp op = ReduceOp::kSum;  // Average is reduced as Sum
   };
   void set_slots(const std::vector<Slot>& slots);
-  size_t slot_count() const { return slots_.size(); }
   // Where this rank writes slot i's data before sync(), and its result after.
   void* slot_data(size_t i) { return bits_.data() + bit_words_ + slot_word_[i]; }
   const void* slot_result(size_t i) const { return bits_.data() + bit_words_ + slot_word_[i]; }

@@ -387,10 +387,6 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
 
 namespace {
 
-bool compressed(const Response& r) {
-  return r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
-}
-
 std::string names_of(const Response& r) {
   std::string s;
   for (size_t i = 0; i < r.names.size() && i < 4; ++i) s += (i ? ", '" : "'") + r.names[i] + "'";
@@ -456,7 +452,7 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
   }
   const double pre = r.prescale, post = r.postscale;
 
-  if (r.tensor_sizes.size() == 1 && !compressed(r) && !entries.empty() && entries[0] != nullptr) {
+  if (r.tensor_sizes.size() == 1 && !fp16_compressed(r) && !entries.empty() && entries[0] != nullptr) {
     // One tensor: in its output buffer, no copy through the fusion buffer.
     TensorEntry* e = entries[0];
     const int64_t n = r.tensor_sizes[0];
@@ -476,7 +472,7 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
 
   // Fused tensors (or fp16 compression, or a rank that joined): through the
   // fusion buffer, each tensor combined with its own dot products.
-  const bool fp16 = compressed(r);
+  const bool fp16 = fp16_compressed(r);
   const DataType wire = fp16 ? DataType::kFloat16 : r.dtype;
   const size_t welem = dtype_size(wire);
   const FusionLayout layout(r);

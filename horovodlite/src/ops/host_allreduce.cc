@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 
+#include "enforce.h"
 #include "kernels/reduce.h"
 #include "op_util.h"
 #include "ops/fusion.h"
@@ -11,14 +11,6 @@
 namespace horovodlite {
 
 namespace {
-
-bool compressed(const Response& r) {
-  return r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
-}
-
-int64_t total_elements(const Response& r) {
-  return std::accumulate(r.tensor_sizes.begin(), r.tensor_sizes.end(), int64_t(0));
-}
 
 // src (float32 or float64) * factor -> fp16. Scaling happens before the
 // conversion, so that a predivide factor can keep large values within fp16 range.
@@ -60,15 +52,15 @@ void zero_fill(const std::vector<std::pair<void*, int64_t>>& zeros) {
 }  // namespace
 
 bool HostAllreduce::enabled(const Response& r) const {
-  const int64_t elem = compressed(r) ? 2 : static_cast<int64_t>(dtype_size(r.dtype));
-  return accepts(r.dtype, effective_op(r.reduce_op), total_elements(r) * elem);
+  const DataType wire = wire_dtype(r);
+  return accepts(wire, effective_op(r.reduce_op), total_elements(r) * static_cast<int64_t>(dtype_size(wire)));
 }
 
 OpResult HostAllreduce::run(const OpArgs& args) {
   // fp16 compression: an algorithm with an fp16-on-the-wire mode takes the
   // float32/float64 data as it is; otherwise the data is converted to an fp16
   // buffer and reduced as fp16.
-  const bool via_fp16_buffer = compressed(args.response) && !fp16_wire();
+  const bool via_fp16_buffer = fp16_compressed(args.response) && !fp16_wire();
   return OpResult{via_fp16_buffer ? allreduce_fp16(args) : allreduce(args), name()};
 }
 
@@ -80,7 +72,7 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
   const double pre = r.prescale;
   const double post = effective_postscale(r, mpi_.size());
   const ReduceOp op = effective_op(r.reduce_op);
-  const bool wire16 = compressed(r);
+  const bool wire16 = fp16_compressed(r);
   auto reduce_buffer = [&](const void* in, void* out, double postscale) {
     return wire16 ? reduce_fp16_wire(in, out, total, r.dtype, op, postscale)
                   : reduce(in, out, total, r.dtype, op, postscale);
@@ -116,6 +108,7 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
     return Status::OK();
   }
 
+  HVL_ENFORCE_EQ(entries.size(), r.tensor_sizes.size(), "fused allreduce of '", r.names[0], "'");
   const FusionLayout layout(r);
   char* buf = static_cast<char*>(fusion_->get(std::max<size_t>(total * elem, 1)));
   if (buf == nullptr)

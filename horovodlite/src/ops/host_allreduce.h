@@ -1,5 +1,5 @@
 // Allreduce of host tensors: the base of every CPU allreduce algorithm (MPI, the
-// ring, and the hierarchical one to come). run() is shared: it reduces a single
+// ring, the hierarchical one: ops/hierarchical_allreduce.h). run() is shared: it reduces a single
 // tensor straight from its input into its output, or packs fused tensors into the
 // fusion buffer, reduces and unpacks (with the pre/postscale and fp16 compression
 // applied while copying); an algorithm implements only the buffer-level reduce().
@@ -20,7 +20,8 @@ class HostAllreduce : public Algorithm {
   // `fusion`: the host fusion buffer every host algorithm shares.
   HostAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion) : mpi_(mpi), fusion_(std::move(fusion)) {}
 
-  // Asks accepts() with the bytes that travel (2 per element with fp16 compression).
+  // Asks accepts() with the dtype and bytes that travel (fp16 with compression:
+  // what reduce() or reduce_fp16_wire() puts on the wire), as DeviceAllreduce does.
   bool enabled(const Response& response) const final;
   OpResult run(const OpArgs& args) final;
 

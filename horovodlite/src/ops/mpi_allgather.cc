@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "enforce.h"
 #include "op_util.h"
 #include "ops/outputs.h"
 
@@ -32,10 +33,8 @@ Status MpiAllgather::fused(const OpArgs& args) {
   const size_t n = entries.size();
   const int size = mpi_.size(), me = mpi_.rank();
   const size_t elem = dtype_size(r.dtype);
-  if (r.tensor_sizes.size() != n * static_cast<size_t>(size)) {
-    return Status::Internal("fused allgather of '" + r.names[0] + "': " + std::to_string(r.tensor_sizes.size()) +
-                            " sizes for " + std::to_string(n) + " tensors of " + std::to_string(size) + " ranks");
-  }
+  // One size per (tensor, rank), tensor-major (fuse_responses).
+  HVL_ENFORCE_EQ(r.tensor_sizes.size(), n * static_cast<size_t>(size), "fused allgather of '", r.names[0], "'");
   auto rows = [&](size_t t, int rank) { return r.tensor_sizes[t * size + rank]; };
   // Elements of rank r's block (its rows of every tensor), and the offset of
   // tensor t's rows inside a block.

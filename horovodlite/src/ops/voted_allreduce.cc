@@ -1,21 +1,28 @@
 #include "ops/voted_allreduce.h"
 
+#include "enforce.h"
 #include "kernels/reduce.h"
 #include "op_util.h"
 
 namespace horovodlite {
 
-OpResult VotedAllreduce::run(const OpArgs& args) {
+namespace {
+
+// An eager allreduce is never fused (fuse_responses keeps it alone).
+Status copy_out(const OpArgs& args, int size) {
   const Response& r = args.response;
-  if (r.names.size() != 1 || r.tensor_sizes.size() != 1) {
-    return OpResult{Status::Internal("VotedAllreduce: an eager allreduce of '" + r.names[0] + "' was fused")};
-  }
+  HVL_ENFORCE_EQ(r.names.size(), size_t(1), "eager allreduce of '", r.names[0], "' was fused");
+  HVL_ENFORCE_EQ(r.tensor_sizes.size(), size_t(1), "eager allreduce of '", r.names[0], "'");
   TensorEntry* e = args.entries.empty() ? nullptr : args.entries[0];
   if (e != nullptr) {
-    kernels::scale_copy(e->output.data, r.reduced, r.tensor_sizes[0], r.dtype, effective_postscale(r, size_));
+    kernels::scale_copy(e->output.data, r.reduced, r.tensor_sizes[0], r.dtype, effective_postscale(r, size));
     e->handle->set_output(e->output);
   }
-  return OpResult{Status::OK(), name()};
+  return Status::OK();
 }
+
+}  // namespace
+
+OpResult VotedAllreduce::run(const OpArgs& args) { return OpResult{copy_out(args, size_), name()}; }
 
 }  // namespace horovodlite

@@ -9,6 +9,6 @@ int main() {
   hvl::Status s = hvl::allreduce_async("x", t, t, {hvl::ReduceOp::kSum})->wait();
   std::printf("core rank %d: %s x=%g\n", hvl::rank(), s.to_string().c_str(), x);
   const bool ok = s.ok() && x == hvl::size();
-  hvl::shutdown();
-  return ok ? 0 : 1;
+  const bool down = hvl::shutdown().ok();
+  return ok && down ? 0 : 1;
 }

@@ -14,8 +14,6 @@ namespace torch {
 
 // Throws HorovodError(kInvalidArgument) for scalar types the core does not support.
 DataType to_data_type(at::ScalarType type);
-at::ScalarType to_scalar_type(DataType dtype);
-bool is_supported(at::ScalarType type);
 
 // Throws HorovodError(kInvalidArgument) unless `tensor` is a defined CPU tensor
 // of a supported dtype. `what` names the op in the message.
