@@ -102,6 +102,8 @@ setup(
     cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
     entry_points={"console_scripts": ["horovodlite-run = horovodlite.run:main"]},
     python_requires=">=3.8",
+    # horovodlite.spark / horovodlite.ray: pip install horovodlite[spark] / [ray]
+    extras_require={"spark": ["pyspark", "cloudpickle"], "ray": ["ray"]},
     zip_safe=False,
     options={"build": {"build_base": BUILD_BASE}, "egg_info": {"egg_base": BUILD_BASE}},
 )

@@ -8,7 +8,8 @@ source "$(dirname "$0")/env.sh"
 [ "$HVL_TORCH" = pypi ] || exit 0
 # The supported PyTorch 2.x release the default build pins.
 HVL_TORCH_VERSION="${HVL_TORCH_VERSION:-2.13.0}"
-PACKAGES=("torch==$HVL_TORCH_VERSION" numpy pytest pybind11 setuptools wheel mpi4py ruff)
+# pyspark and ray: the engines horovodlite.spark / horovodlite.ray run on (tests/python/spark, ray).
+PACKAGES=("torch==$HVL_TORCH_VERSION" numpy pytest pybind11 setuptools wheel mpi4py ruff pyspark cloudpickle ray)
 BASE_PYTHON="${HVL_BASE_PYTHON:-python3}"
 if [ ! -x "$HVL_VENV/bin/python" ]; then
   echo "setup_venv: creating $HVL_VENV with $("$BASE_PYTHON" --version 2>&1) ($(command -v "$BASE_PYTHON"))"
@@ -20,7 +21,7 @@ import importlib.metadata as md
 want = sys.argv[1]
 try:
     ok = md.version("torch").split("+")[0] == want
-    for p in ("numpy", "pytest", "pybind11", "setuptools", "wheel", "mpi4py", "ruff"):
+    for p in ("numpy", "pytest", "pybind11", "setuptools", "wheel", "mpi4py", "ruff", "pyspark", "cloudpickle", "ray"):
         md.version(p)
 except md.PackageNotFoundError:
     ok = False

@@ -434,9 +434,9 @@ std::string device_name(int device) {
 Status check_group_device(const std::string& what, const std::vector<std::string>& names,
                           const std::vector<TensorView>& inputs, size_t i) {
   if (i == 0 || inputs[i].device == inputs[0].device) return Status::OK();
-  return Status::InvalidArgument(what + ": all tensors must be on one device, but '" +
-                                 names[0] + "' is on " + device_name(inputs[0].device) + " and '" + names[i] +
-                                 "' on " + device_name(inputs[i].device) +
+  return Status::InvalidArgument(what + ": all tensors must be on one device, but '" + names[0] + "' is on " +
+                                 device_name(inputs[0].device) + " and '" + names[i] + "' on " +
+                                 device_name(inputs[i].device) +
                                  " (move them to one device, or use one grouped op per device)");
 }
 
@@ -448,8 +448,8 @@ HandlePtr submit_or_fail(const std::string& name, Status s, std::unique_ptr<Tens
 // make(i, name, ready, &entry); every handle fails if one member is bad.
 std::vector<HandlePtr> submit_group(
     const char* op, std::vector<std::string> names, const std::vector<TensorView>& inputs, size_t second_count,
-    const char* second,
-    const std::vector<ReadyEventPtr>& ready, const std::vector<std::string>& group, const ProcessSet& set,
+    const char* second, const std::vector<ReadyEventPtr>& ready, const std::vector<std::string>& group,
+    const ProcessSet& set,
     const std::function<Status(size_t, const std::string&, ReadyEventPtr, std::unique_ptr<TensorEntry>*)>& make) {
   const std::string what = std::string("grouped_") + op;
   const size_t count = inputs.size();

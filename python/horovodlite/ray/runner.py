@@ -1,0 +1,307 @@
+"""horovodlite.ray.RayExecutor: a horovodlite job on Ray actors (horovod.ray's API).
+
+Control plane (docs/engines.md): the Gloo launch of notes/contract-gloo.md. The
+executor (in the Ray driver) serves the rendezvous KV store; start() places
+`num_workers` actors (a placement group: PACK for num_workers, STRICT_SPREAD
+over num_hosts), asks each for its host, gives out ranks contiguous per host and
+sets the contract's HOROVOD_* variables in every actor's process. Functions then
+run inside the actors (fn calls hvd.init(), the first time with those variables;
+later functions find horovodlite already initialised), so the same workers run
+several functions in a row and keep their state.
+"""
+
+import os
+import sys
+import time
+
+from horovodlite.runner import worker_env
+from horovodlite.runner.rendezvous import RendezvousServer
+
+
+class RayJobError(RuntimeError):
+    """fn failed on one or more ranks (`ranks`)."""
+
+    def __init__(self, message, ranks=()):
+        super().__init__(message)
+        self.ranks = list(ranks)
+
+
+class RaySettings:
+    """What create_settings() returns (Horovod's RayExecutor settings)."""
+
+    def __init__(self, timeout_s=30, placement_group_timeout_s=100, nics=None, verbose=1):
+        self.timeout_s = timeout_s
+        self.placement_group_timeout_s = placement_group_timeout_s
+        self.nics = set(nics) if nics else None
+        self.verbose = verbose
+
+    def __repr__(self):
+        return "RaySettings(timeout_s=%r, placement_group_timeout_s=%r, nics=%r)" % (
+            self.timeout_s, self.placement_group_timeout_s, self.nics)
+
+
+class BaseHorovodWorker:
+    """The actor class: one per rank. `executable` is the object that
+    start(executable_cls=...) made in this worker (None by default)."""
+
+    def __init__(self, executable_cls=None, executable_args=None, executable_kwargs=None):
+        self.executable = None
+        if executable_cls is not None:
+            self.executable = executable_cls(*(executable_args or ()), **(executable_kwargs or {}))
+
+    def hostname(self):
+        return worker_env.host_identity()
+
+    def node_id(self):
+        import ray
+        return ray.get_runtime_context().get_node_id()
+
+    def pid(self):
+        return os.getpid()
+
+    def update_env_vars(self, env):
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+
+    def env_vars(self):
+        return dict(os.environ)
+
+    def execute(self, fn):
+        """fn(executable): Horovod's execute()."""
+        return fn(self.executable)
+
+    def run(self, fn, args, kwargs):
+        return fn(*args, **kwargs)
+
+    def shutdown_horovodlite(self):
+        mod = sys.modules.get("horovodlite.torch")
+        if mod is not None and mod.is_initialized():
+            mod.shutdown()
+
+
+class RayExecutor:
+    """Runs functions on `num_workers` Ray actors with horovodlite's Gloo
+    environment set up among them.
+
+        settings = RayExecutor.create_settings(timeout_s=30)
+        executor = RayExecutor(settings, num_workers=2, cpus_per_worker=1)
+        executor.start()
+        results = executor.run(train_fn, args=(...,))   # one result per rank, by rank
+        executor.shutdown()
+
+    Either num_workers, or num_hosts with num_workers_per_host. Elastic
+    training (min_workers / max_workers) is not supported yet.
+    """
+
+    @staticmethod
+    def create_settings(timeout_s=30, ssh_identity_file=None, ssh_str=None, placement_group_timeout_s=100,
+                        nics=None, verbose=1):
+        """timeout_s: seconds for the workers to start and for Gloo's rendezvous;
+        placement_group_timeout_s: seconds for Ray to reserve the workers' resources;
+        nics: network interfaces for the rendezvous address and Gloo. (ssh_* are
+        accepted for Horovod's signature and unused: Ray starts the workers.)"""
+        return RaySettings(timeout_s=timeout_s, placement_group_timeout_s=placement_group_timeout_s, nics=nics,
+                           verbose=verbose)
+
+    def __init__(self, settings=None, num_workers=None, num_hosts=None, num_workers_per_host=1, cpus_per_worker=1,
+                 use_gpu=False, gpus_per_worker=None, use_current_placement_group=True, min_workers=None,
+                 max_workers=None, reset_limit=None, cooldown_range=None, elastic_timeout=1200,
+                 override_discovery=True):
+        if min_workers is not None or max_workers is not None:
+            raise NotImplementedError("horovodlite.ray.RayExecutor: elastic training (min_workers/max_workers) is "
+                                      "not supported yet; pass num_workers")
+        if (num_workers is None) == (num_hosts is None):
+            raise ValueError("horovodlite.ray.RayExecutor: pass either num_workers or num_hosts (with "
+                             "num_workers_per_host), not %s" % ("both" if num_workers is not None else "neither"))
+        for name, value in (("num_workers", num_workers), ("num_hosts", num_hosts),
+                            ("num_workers_per_host", num_workers_per_host)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError("horovodlite.ray.RayExecutor: %s must be a positive int, got %r" % (name, value))
+        if cpus_per_worker <= 0:
+            raise ValueError("horovodlite.ray.RayExecutor: cpus_per_worker must be > 0, got %r" % (cpus_per_worker,))
+        self.settings = settings or RaySettings()
+        self.num_hosts = num_hosts
+        self.num_workers_per_host = num_workers_per_host
+        self.num_workers = num_workers if num_workers is not None else num_hosts * num_workers_per_host
+        self.cpus_per_worker = cpus_per_worker
+        self.use_gpu = use_gpu
+        self.gpus_per_worker = gpus_per_worker if gpus_per_worker is not None else (1 if use_gpu else 0)
+        self.use_current_placement_group = use_current_placement_group
+        self.workers = []
+        self.slots = []
+        self._server = None
+        self._placement_group = None
+        self._owns_placement_group = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _bundle(self, workers):
+        bundle = {"CPU": self.cpus_per_worker * workers}
+        if self.gpus_per_worker:
+            bundle["GPU"] = self.gpus_per_worker * workers
+        return bundle
+
+    def _reserve(self, ray):
+        from ray.util.placement_group import get_current_placement_group, placement_group
+        current = get_current_placement_group() if self.use_current_placement_group else None
+        if current is not None:
+            self._placement_group, self._owns_placement_group = current, False
+            return
+        if self.num_hosts is not None:
+            bundles = [self._bundle(self.num_workers_per_host) for _ in range(self.num_hosts)]
+            strategy = "STRICT_SPREAD"
+        else:
+            bundles = [self._bundle(1) for _ in range(self.num_workers)]
+            strategy = "PACK"
+        pg = placement_group(bundles, strategy=strategy)
+        self._placement_group, self._owns_placement_group = pg, True
+        timeout = self.settings.placement_group_timeout_s
+        ready, _ = ray.wait([pg.ready()], timeout=timeout)
+        if not ready:
+            raise TimeoutError(
+                "horovodlite.ray.RayExecutor.start: 0 of %d workers started: Ray could not reserve %s "
+                "(%s) within placement_group_timeout_s=%s s; the cluster has %s"
+                % (self.num_workers, bundles, strategy, timeout, ray.cluster_resources()))
+
+    def start(self, executable_cls=None, executable_args=None, executable_kwargs=None, extra_env_vars=None):
+        """Starts the workers (Ray actors), gives them ranks and the Gloo
+        environment. executable_cls is instantiated in every worker (see execute())."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        if self.workers:
+            raise RuntimeError("horovodlite.ray.RayExecutor.start: already started; call shutdown() first")
+        t0 = time.monotonic()
+        if not ray.is_initialized():
+            ray.init()
+        try:
+            self._reserve(ray)
+            actor_cls = ray.remote(BaseHorovodWorker)
+            for index in range(self.num_workers):
+                bundle = index // self.num_workers_per_host if self.num_hosts is not None else index
+                if not self._owns_placement_group:
+                    bundle = -1
+                options = {"num_cpus": self.cpus_per_worker, "num_gpus": self.gpus_per_worker,
+                           "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                               placement_group=self._placement_group, placement_group_bundle_index=bundle)}
+                self.workers.append(actor_cls.options(**options).remote(executable_cls, executable_args,
+                                                                        executable_kwargs))
+            refs = [w.hostname.remote() for w in self.workers]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.settings.timeout_s)
+            if len(ready) < len(refs):
+                raise TimeoutError("horovodlite.ray.RayExecutor.start: %d of %d workers started within "
+                                   "timeout_s=%s s" % (len(ready), len(refs), self.settings.timeout_s))
+            hosts = ray.get(refs)
+            self.slots = worker_env.assign_ranks(hosts)
+            # Actor index order is rank order from here on.
+            order = sorted(range(len(self.workers)), key=lambda i: self.slots[i].rank)
+            self.workers = [self.workers[i] for i in order]
+            self.slots = [self.slots[i] for i in order]
+            local = all(h == hosts[0] for h in hosts) and hosts[0] == worker_env.host_identity()
+            addr = "127.0.0.1" if local and not self.settings.nics else worker_env.driver_address(self.settings.nics)
+            self._server = RendezvousServer(bind_host="127.0.0.1" if addr.startswith("127.") else "0.0.0.0",
+                                            port=0)
+            port = self._server.start()
+            iface = sorted(self.settings.nics)[0] if self.settings.nics else None
+            envs = []
+            for slot in self.slots:
+                env = worker_env.gloo_env(slot, addr, port, timeout_s=self.settings.timeout_s, iface=iface)
+                env.update({str(k): str(v) for k, v in (extra_env_vars or {}).items()})
+                envs.append(env)
+            ray.get([w.update_env_vars.remote(env) for w, env in zip(self.workers, envs)])
+        except BaseException:
+            self.shutdown()
+            raise
+        if self.settings.verbose >= 2:
+            sys.stderr.write("horovodlite.ray: %d workers started in %.2f s\n" % (self.num_workers,
+                                                                                 time.monotonic() - t0))
+
+    def shutdown(self):
+        """Ends the workers (their horovodlite runtime with them) and the rendezvous server."""
+        import ray
+        workers, self.workers = self.workers, []
+        for w in workers:
+            try:
+                ray.kill(w)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        if self._placement_group is not None and self._owns_placement_group:
+            from ray.util.placement_group import remove_placement_group
+            try:
+                remove_placement_group(self._placement_group)
+            except Exception:  # noqa: BLE001 - already removed
+                pass
+        self._placement_group = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        self.slots = []
+
+    # ------------------------------------------------------------ running functions
+
+    def _check_started(self, what):
+        if not self.workers:
+            raise RuntimeError("horovodlite.ray.RayExecutor.%s: the executor is not started; call start() first"
+                               % what)
+
+    def _gather(self, refs, what):
+        """ray.get over the ranks' refs; the first failure names its rank. If the
+        others do not finish soon after (stuck in a collective with the failed
+        rank), the workers are ended and the executor must be started again."""
+        import ray
+        pending = list(refs)
+        index_of = {ref: i for i, ref in enumerate(refs)}
+        failed = {}
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - collected per rank
+                    failed[index_of[ref]] = e
+            if failed:
+                break
+        if failed:
+            grace = min(5.0, float(self.settings.timeout_s))
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=grace) if pending else ([], [])
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except Exception as e:  # noqa: BLE001
+                    failed[index_of[ref]] = e
+            ranks = sorted(failed)
+            first = failed[ranks[0]]
+            cause = getattr(first, "cause", None)  # a RayTaskError's original exception
+            if not isinstance(cause, BaseException):
+                cause = first  # e.g. RayActorError: the worker died
+            note = ""
+            if pending:
+                note = ("; ranks %s did not finish within %.0f s after it and the workers were shut down "
+                        "(call start() again)" % (sorted(index_of[r] for r in pending), grace))
+                self.shutdown()
+            raise RayJobError("horovodlite.ray.RayExecutor.%s: fn failed on rank%s %s (first: rank %d): %s: %s%s"
+                              % (what, "s" if len(ranks) > 1 else "", ", ".join(map(str, ranks)), ranks[0],
+                                 type(cause).__name__, cause, note), ranks=ranks) from cause
+        return ray.get(list(refs))
+
+    def run_remote(self, fn, args=None, kwargs=None):
+        """fn(*args, **kwargs) on every worker; the object refs, by rank."""
+        self._check_started("run_remote")
+        return [w.run.remote(fn, tuple(args or ()), dict(kwargs or {})) for w in self.workers]
+
+    def run(self, fn, args=None, kwargs=None, callbacks=None):
+        """fn(*args, **kwargs) on every worker; the results, by rank."""
+        if callbacks:
+            raise NotImplementedError("horovodlite.ray.RayExecutor.run: callbacks are not supported")
+        return self._gather(self.run_remote(fn, args, kwargs), "run")
+
+    def execute(self, fn, callbacks=None):
+        """fn(executable) on every worker (the executable_cls object of start()); the results, by rank."""
+        if callbacks:
+            raise NotImplementedError("horovodlite.ray.RayExecutor.execute: callbacks are not supported")
+        self._check_started("execute")
+        return self._gather([w.execute.remote(fn) for w in self.workers], "execute")
+
+    def execute_single(self, fn):
+        """fn(executable) on rank 0 only."""
+        import ray
+        self._check_started("execute_single")
+        return ray.get(self.workers[0].execute.remote(fn))

@@ -1,0 +1,79 @@
+"""Runs one rank's function for an engine (horovodlite.spark): started by the
+engine's task as `python -m horovodlite.runner.fn_exec` with the Gloo-launch
+contract's environment plus
+
+    HVL_ENGINE_KV_ADDR / HVL_ENGINE_KV_PORT / HVL_ENGINE_KV_SCOPE   the driver's KV store
+    HVL_ENGINE_PARENT_PID                                           the task's process
+
+It fetches the pickled (fn, args, kwargs) from <scope>/fn, calls fn, and puts
+("ok", result) or ("error", traceback text, pickled exception) at
+<scope>/result/<rank>; a failure also goes to <scope>/failed/<rank> at once so
+that the driver can end the other ranks. The process dies with its parent
+(PR_SET_PDEATHSIG): a task that Spark kills leaves no rank behind.
+"""
+
+import ctypes
+import os
+import signal
+import sys
+import traceback
+
+
+def _die_with_parent():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    expected = os.environ.get("HVL_ENGINE_PARENT_PID")
+    if expected and os.getppid() != int(expected):
+        os._exit(3)  # the parent died before prctl took effect
+
+
+def _pickler():
+    # The standalone cloudpickle (a dependency of horovodlite[spark], as of Horovod):
+    # importing pyspark here would compile it from the task's pyspark.zip (seconds).
+    import cloudpickle
+    return cloudpickle
+
+
+def _shutdown_horovodlite():
+    mod = sys.modules.get("horovodlite.torch")
+    if mod is not None and mod.is_initialized():
+        mod.shutdown()
+
+
+def main():
+    _die_with_parent()
+    from horovodlite.runner.rendezvous import RendezvousClient
+    cloudpickle = _pickler()
+    client = RendezvousClient(os.environ["HVL_ENGINE_KV_ADDR"], os.environ["HVL_ENGINE_KV_PORT"])
+    scope = os.environ["HVL_ENGINE_KV_SCOPE"]
+    rank = int(os.environ["HOROVOD_RANK"])
+    try:
+        fn, args, kwargs = cloudpickle.loads(client.wait(scope, "fn", 60))
+        result = fn(*args, **kwargs)
+        _shutdown_horovodlite()
+        payload = cloudpickle.dumps(("ok", result))
+    except BaseException as e:  # noqa: BLE001 - every failure goes to the driver
+        tb = traceback.format_exc()
+        sys.stderr.write(tb)
+        sys.stderr.flush()
+        try:
+            exc = cloudpickle.dumps(e)
+        except Exception:  # noqa: BLE001 - an unpicklable exception still has its text
+            exc = None
+        try:
+            client.put(scope, "failed/%d" % rank, tb)
+            client.put(scope, "result/%d" % rank, cloudpickle.dumps(("error", tb, exc)))
+        finally:
+            sys.stdout.flush()
+            os._exit(1)  # no atexit shutdown: it is collective and the others may never come
+    client.put(scope, "result/%d" % rank, payload)
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    main()

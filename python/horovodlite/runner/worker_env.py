@@ -1,0 +1,144 @@
+"""Ranks and the Gloo-launch contract's environment for workers that an engine
+(Spark, Ray) starts: shared by horovodlite.spark and horovodlite.ray.
+
+The engine tells us where its workers are (one host name per worker, in the
+engine's own order: Spark's partition index, Ray's actor index); we give each
+worker its rank, local rank and cross rank the way horovodlite-run --gloo and
+Horovod's Gloo launcher do (ranks contiguous per host, hosts in order of their
+first worker), and the HOROVOD_* variables of notes/contract-gloo.md.
+"""
+
+import os
+import socket
+from collections import OrderedDict
+
+DEFAULT_GLOO_TIMEOUT_S = 30
+
+
+class SlotInfo:
+    """Where one worker sits in the job (Horovod's SlotInfo)."""
+
+    __slots__ = ("hostname", "rank", "local_rank", "cross_rank", "size", "local_size", "cross_size")
+
+    def __init__(self, hostname, rank, local_rank, cross_rank, size, local_size, cross_size):
+        self.hostname = hostname
+        self.rank = rank
+        self.local_rank = local_rank
+        self.cross_rank = cross_rank
+        self.size = size
+        self.local_size = local_size
+        self.cross_size = cross_size
+
+    def to_dict(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**{k: d[k] for k in cls.__slots__})
+
+    def __repr__(self):
+        return "SlotInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
+
+
+def assign_ranks(worker_hosts):
+    """worker_hosts: one host name per worker, by worker index. Returns one
+    SlotInfo per worker (same order). Hosts are ordered by their first worker;
+    a host's workers get consecutive ranks in worker order. cross_rank /
+    cross_size count the hosts that have a worker with the same local rank
+    (Horovod's definition, right for hosts with different worker counts too)."""
+    if not worker_hosts:
+        raise ValueError("assign_ranks: no workers")
+    by_host = OrderedDict()
+    for index, host in enumerate(worker_hosts):
+        by_host.setdefault(host, []).append(index)
+    size = len(worker_hosts)
+    slots = [None] * size
+    rank = 0
+    hosts = list(by_host)
+    for host in hosts:
+        workers = by_host[host]
+        for local_rank, index in enumerate(workers):
+            with_local_rank = [h for h in hosts if len(by_host[h]) > local_rank]
+            slots[index] = SlotInfo(hostname=host, rank=rank, local_rank=local_rank,
+                                    cross_rank=with_local_rank.index(host), size=size,
+                                    local_size=len(workers), cross_size=len(with_local_rank))
+            rank += 1
+    return slots
+
+
+def gloo_env(slot, rendezvous_addr, rendezvous_port, timeout_s=None, iface=None):
+    """The contract's variables for one worker (both spellings of the controller)."""
+    env = {
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_RANK": str(slot.rank),
+        "HOROVOD_SIZE": str(slot.size),
+        "HOROVOD_LOCAL_RANK": str(slot.local_rank),
+        "HOROVOD_LOCAL_SIZE": str(slot.local_size),
+        "HOROVOD_CROSS_RANK": str(slot.cross_rank),
+        "HOROVOD_CROSS_SIZE": str(slot.cross_size),
+        "HOROVOD_HOSTNAME": slot.hostname,
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": str(rendezvous_addr),
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(int(rendezvous_port)),
+        "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(timeout_s or DEFAULT_GLOO_TIMEOUT_S)),
+    }
+    if iface:
+        env["HOROVOD_GLOO_IFACE"] = iface
+    return env
+
+
+# Variables a worker must not inherit from the process that started its engine:
+# an mpirun rank's own identity would make horovodlite join that MPI job.
+_STRIP_PREFIXES = ("OMPI_COMM_WORLD_", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
+
+
+def strip_inherited(environ):
+    """A copy of `environ` without the variables of an enclosing MPI job or of a
+    previous Gloo job's identity."""
+    out = {}
+    for k, v in environ.items():
+        if k.startswith(_STRIP_PREFIXES):
+            continue
+        if k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+                 "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"):
+            continue
+        out[k] = v
+    return out
+
+
+def driver_address(nics=None):
+    """An address of this (driver) host that workers can reach: the first IPv4
+    address of one of `nics` (names of network interfaces) when given, else the
+    address the host name resolves to, else loopback."""
+    if nics:
+        addr = _iface_address(nics)
+        if addr:
+            return addr
+        raise ValueError("horovodlite: none of the network interfaces %s has an IPv4 address" % sorted(nics))
+    try:
+        addr = socket.gethostbyname(socket.gethostname())
+        if addr and not addr.startswith("127."):
+            return addr
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+def _iface_address(nics):
+    import fcntl
+    import struct
+    for name in sorted(nics):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            return socket.inet_ntoa(packed[20:24])
+        except OSError:
+            continue
+        finally:
+            s.close()
+    return None
+
+
+def host_identity():
+    """The name workers on one host share (HOROVOD_HOSTNAME)."""
+    return os.environ.get("HOROVODLITE_HOSTNAME_OVERRIDE") or socket.gethostname()

@@ -1,0 +1,114 @@
+"""horovodlite.spark.run on a real local Spark (pyspark from PyPI, Java 17): one
+SparkSession (local[3]) for the module; every job is a real barrier stage whose
+tasks start their ranks with the Gloo-launch contract's environment."""
+
+import os
+import shutil
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "engines"))
+import engine_training as et  # noqa: E402
+
+pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (ci/setup_venv.sh installs it)")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("pyspark needs Java (no java on PATH, no JAVA_HOME)", allow_module_level=True)
+
+import horovodlite.spark  # noqa: E402
+
+cloudpickle = pytest.importorskip("cloudpickle", reason="cloudpickle is not installed (ci/setup_venv.sh installs it)")
+
+cloudpickle.register_pickle_by_value(et)
+
+SLOTS = 3
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # the tasks' Python: the one with this build's horovodlite
+    session = (SparkSession.builder.master("local[%d]" % SLOTS).appName("horovodlite-spark-tests")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_ranks_and_contract_env(spark, np):
+    results = horovodlite.spark.run(et.identity, num_proc=np, env={"HVL_TEST_EXTRA": "x"}, verbose=0)
+    assert [int(r["HOROVOD_RANK"]) for r in results] == list(range(np))
+    for rank, r in enumerate(results):
+        assert r["HOROVOD_CONTROLLER"] == "gloo" and r["HOROVOD_CPU_OPERATIONS"] == "gloo"
+        assert r["HOROVOD_SIZE"] == str(np) and r["HOROVOD_LOCAL_SIZE"] == str(np)
+        assert r["HOROVOD_LOCAL_RANK"] == str(rank)
+        assert r["HOROVOD_CROSS_RANK"] == "0" and r["HOROVOD_CROSS_SIZE"] == "1"
+        assert r["HOROVOD_GLOO_RENDEZVOUS_ADDR"] and int(r["HOROVOD_GLOO_RENDEZVOUS_PORT"]) > 0
+        assert r["HVL_TEST_EXTRA"] == "x"
+
+
+def test_default_num_proc_and_args(spark):
+    def fn(a, b=0):
+        return int(os.environ["HOROVOD_RANK"]) * 10 + a + b
+    assert horovodlite.spark.run(fn, args=(1,), kwargs={"b": 2}, verbose=0) == [3 + 10 * r for r in range(SLOTS)]
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_distributed_optimizer_training(spark, np):
+    reason = et.gloo_core_missing()
+    if reason:
+        pytest.skip(reason)
+    results = horovodlite.spark.run(et.train, kwargs={"steps": 5}, num_proc=np, verbose=0)
+    et.check_training(results, np, steps=5)
+
+
+def test_exception_names_rank_and_ends_the_others(spark, tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(horovodlite.spark.SparkJobError) as info:
+        horovodlite.spark.run(et.fail_on, args=(1, str(tmp_path)), num_proc=3, verbose=0)
+    err = info.value
+    assert err.ranks == [1], str(err)
+    assert "rank 1" in str(err) and "injected failure on rank 1" in str(err)
+    assert isinstance(err.__cause__, ValueError)
+    assert time.monotonic() - t0 < 120
+    assert et.wait_pids_gone(str(tmp_path)) == [], "ranks left running after the failure"
+    # The session is usable for the next job.
+    assert [r["HOROVOD_RANK"] for r in horovodlite.spark.run(et.identity, num_proc=2, verbose=0)] == ["0", "1"]
+
+
+def test_rank_dying_without_exception_is_named(spark, tmp_path):
+    with pytest.raises(horovodlite.spark.SparkJobError, match=r"rank 0 .*exited with exit code 7") as info:
+        horovodlite.spark.run(et.fail_on, args=(0, str(tmp_path), "exit"), num_proc=2, verbose=0)
+    assert info.value.ranks == [0]
+    assert et.wait_pids_gone(str(tmp_path)) == [], "ranks left running after the failure"
+
+
+def test_start_timeout_says_how_many_started(spark):
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"0 of %d started" % (SLOTS + 1)):
+        horovodlite.spark.run(et.identity, num_proc=SLOTS + 1, start_timeout=3, verbose=0)
+    assert time.monotonic() - t0 < 60
+    # The stage that never got its slots was cancelled: the next job runs.
+    assert len(horovodlite.spark.run(et.identity, num_proc=SLOTS, verbose=0)) == SLOTS
+
+
+def test_output_forwarded_by_rank(spark):
+    import io
+    out, err = io.StringIO(), io.StringIO()
+
+    def fn():
+        print("hello from %s" % os.environ["HOROVOD_RANK"])
+        print("warning from %s" % os.environ["HOROVOD_RANK"], file=sys.stderr)
+    horovodlite.spark.run(fn, num_proc=2, stdout=out, stderr=err, verbose=0)
+    assert "[0]<stdout>:hello from 0" in out.getvalue() and "[1]<stdout>:hello from 1" in out.getvalue()
+    assert "[1]<stderr>:warning from 1" in err.getvalue()
+
+
+def test_mpi_refused(spark):
+    with pytest.raises(ValueError, match="Gloo"):
+        horovodlite.spark.run(et.identity, num_proc=2, use_mpi=True)
+    with pytest.raises(ValueError, match="Gloo"):
+        horovodlite.spark.run(et.identity, num_proc=2, extra_mpi_args="-x FOO")
