@@ -10,7 +10,7 @@ PACKAGES=(
   libtorch-dev python3-torch libopenblas0-pthread
   python3-dev python3-pip python3-venv pybind11-dev python3-pytest python3-numpy python3-matplotlib
   python3-mpi4py iproute2 clang-format
-  python3-sklearn openjdk-17-jre-headless
+  python3-sklearn libgloo-dev openjdk-17-jre-headless
 )
 
 missing=()

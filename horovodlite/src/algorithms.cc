@@ -4,6 +4,7 @@
 // its own file pair, and one line here (docs/architecture.md).
 #include "algorithms.h"
 
+#include "ops/adasum.h"
 #include "ops/fusion.h"
 #include "ops/hierarchical_allgather.h"
 #include "ops/hierarchical_allreduce.h"
@@ -21,6 +22,7 @@
 
 #include "cuda/device_context.h"
 #include "cuda/host_staged.h"
+#include "cuda/host_staged_adasum.h"
 #include "cuda/host_staged_allreduce.h"
 #include "cuda/nccl_allgather.h"
 #include "cuda/nccl_allreduce.h"
@@ -52,6 +54,7 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
     return Status::Internal("no host allreduce accepts this buffer");
   };
   const bool nccl = config.gpu_operations == Config::GpuOperations::kNccl;
+  reg.add(OpType::kAllreduce, kDevice, std::make_unique<cuda::HostStagedAdasum>(ctx, on_host));  // op Adasum
   if (nccl && config.hierarchical_allreduce == Config::Hierarchical::kOn) {
     reg.add(OpType::kAllreduce, kDevice, std::make_unique<cuda::NcclHierarchicalAllreduce>(ctx, mpi));  // multi-node
   }
@@ -81,6 +84,9 @@ std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& con
     host_allreduce.push_back(a.get());
     reg->add(OpType::kAllreduce, kHost, std::move(a));
   };
+  // Adasum responses (ops/adasum.h); enabled for no other op.
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<AdasumAllreduce>(mpi, fusion));
+
   reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
   allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));     // several hosts, large messages
   allreduce(std::make_unique<RingBackend>(mpi, config, fusion));               // large messages

@@ -13,6 +13,7 @@
 #include "job_failure.h"
 #include "logging.h"
 #include "op_util.h"
+#include "ops/adasum.h"
 #include "runtime.h"
 
 namespace horovodlite {
@@ -121,9 +122,6 @@ Status check_tensor(const std::string& name, const TensorView& t, const char* wh
 }
 
 Status check_scaling(const std::string& name, DataType dtype, ReduceOp op, double pre, double post) {
-  if (op == ReduceOp::kAdasum) {
-    return Status::Unimplemented("Adasum is not supported by horovodlite (tensor '" + name + "')");
-  }
   if (static_cast<int>(op) > static_cast<int>(ReduceOp::kAdasum)) {
     return Status::InvalidArgument("invalid reduce op for tensor '" + name + "'");
   }
@@ -134,6 +132,23 @@ Status check_scaling(const std::string& name, DataType dtype, ReduceOp op, doubl
   }
   if (!std::isfinite(pre) || !std::isfinite(post)) {
     return Status::InvalidArgument("scale factors for tensor '" + name + "' must be finite");
+  }
+  return Status::OK();
+}
+
+// Adasum (ops/adasum.h): floating-point tensors, a power-of-two number of ranks.
+Status check_adasum(const std::string& name, DataType dtype, const ProcessSet& process_set) {
+  if (!adasum_dtype(dtype)) {
+    return Status::InvalidArgument("tensor '" + name + "' is " + dtype_name(dtype) +
+                                   ": Adasum reduces float16, bfloat16, float32 and float64 tensors only");
+  }
+  const SetView set = view_of(process_set);
+  if (set.member && !is_power_of_two(set.size())) {
+    const std::string where =
+        process_set.id() == 0 ? "the world size is " : "process set " + std::to_string(process_set.id()) + " has ";
+    return Status::InvalidArgument("tensor '" + name + "': Adasum needs a power-of-two number of ranks, but " + where +
+                                   std::to_string(set.size()) + " (on rank " + std::to_string(current()->mpi().rank()) +
+                                   ")");
   }
   return Status::OK();
 }
@@ -360,6 +375,7 @@ Status allreduce_entry(const std::string& name, const TensorView& input, const T
   if (s.ok()) s = check_tensor(name, output, "output");
   if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
   if (s.ok()) s = check_allreduce_output(name, input, output);
+  if (s.ok() && options.op == ReduceOp::kAdasum) s = check_adasum(name, input.dtype, options.process_set);
   HVL_RETURN_IF_ERROR(s);
   auto e = make_entry(OpType::kAllreduce, name, input, std::move(ready));
   e->output = output;
@@ -389,6 +405,9 @@ Status reducescatter_entry(const std::string& name, const TensorView& input, Out
                            std::unique_ptr<TensorEntry>* out) {
   Status s = check_tensor(name, input, "input");
   if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
+  if (s.ok() && options.op == ReduceOp::kAdasum) {
+    s = Status::InvalidArgument("reducescatter '" + name + "': Adasum is an allreduce op (use Sum or Average)");
+  }
   if (s.ok() && !allocate) s = Status::InvalidArgument("reducescatter '" + name + "' needs an output allocator");
   if (s.ok() && input.shape.empty()) {
     s = Status::InvalidArgument("reducescatter '" + name +
@@ -415,9 +434,9 @@ std::string device_name(int device) {
 Status check_group_device(const std::string& what, const std::vector<std::string>& names,
                           const std::vector<TensorView>& inputs, size_t i) {
   if (i == 0 || inputs[i].device == inputs[0].device) return Status::OK();
-  return Status::InvalidArgument(what + ": all tensors must be on one device, but '" +
-                                 names[0] + "' is on " + device_name(inputs[0].device) + " and '" + names[i] +
-                                 "' on " + device_name(inputs[i].device) +
+  return Status::InvalidArgument(what + ": all tensors must be on one device, but '" + names[0] + "' is on " +
+                                 device_name(inputs[0].device) + " and '" + names[i] + "' on " +
+                                 device_name(inputs[i].device) +
                                  " (move them to one device, or use one grouped op per device)");
 }
 
@@ -429,8 +448,8 @@ HandlePtr submit_or_fail(const std::string& name, Status s, std::unique_ptr<Tens
 // make(i, name, ready, &entry); every handle fails if one member is bad.
 std::vector<HandlePtr> submit_group(
     const char* op, std::vector<std::string> names, const std::vector<TensorView>& inputs, size_t second_count,
-    const char* second,
-    const std::vector<ReadyEventPtr>& ready, const std::vector<std::string>& group, const ProcessSet& set,
+    const char* second, const std::vector<ReadyEventPtr>& ready, const std::vector<std::string>& group,
+    const ProcessSet& set,
     const std::function<Status(size_t, const std::string&, ReadyEventPtr, std::unique_ptr<TensorEntry>*)>& make) {
   const std::string what = std::string("grouped_") + op;
   const size_t count = inputs.size();

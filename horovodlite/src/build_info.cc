@@ -34,12 +34,21 @@ BuildInfo build_info() {
 #ifdef HVL_HAVE_CUDA
   info.cuda_runtime_version = CUDART_VERSION;
 #endif
+  info.gloo = gloo_built();
   info.nccl_version = nccl_version();
   info.cpu_avx2_f16c = kernels::cpu_has_avx2_f16c();
   const Config defaults;
   info.ring_threshold_bytes = defaults.ring_threshold_bytes;
   info.ring_segment_bytes = defaults.ring_segment_bytes;
   return info;
+}
+
+bool gloo_built() {
+#ifdef HVL_HAVE_GLOO
+  return true;
+#else
+  return false;
+#endif
 }
 
 int mpi_thread_level() {

@@ -111,6 +111,77 @@ void read_string(const std::string& name, std::string* out) {
   if (v != nullptr) *out = v;
 }
 
+// "mpi" or "gloo" from HOROVOD_<name>; *set false when absent.
+Status read_transport_name(const char* name, Config::Transport* out, bool* set, std::string* var) {
+  const char* v = lookup(name, var);
+  *set = v != nullptr;
+  if (v == nullptr) return Status::OK();
+  std::string s(v);
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (s == "mpi") {
+    *out = Config::Transport::kMpi;
+  } else if (s == "gloo") {
+    *out = Config::Transport::kGloo;
+  } else {
+    return bad(*var, v, "mpi or gloo");
+  }
+  return Status::OK();
+}
+
+Status read_transport(Config* c) {
+  Config::Transport controller = Config::Transport::kMpi, cpu_ops = Config::Transport::kMpi;
+  bool controller_set = false, cpu_ops_set = false;
+  std::string controller_var, cpu_ops_var;
+  HVL_RETURN_IF_ERROR(read_transport_name("CONTROLLER", &controller, &controller_set, &controller_var));
+  HVL_RETURN_IF_ERROR(read_transport_name("CPU_OPERATIONS", &cpu_ops, &cpu_ops_set, &cpu_ops_var));
+  if (controller_set && cpu_ops_set && controller != cpu_ops) {
+    return Status::InvalidArgument(controller_var + " and " + cpu_ops_var +
+                                   " disagree: horovodlite runs the negotiation and the collectives on one "
+                                   "transport (set both to mpi or both to gloo)");
+  }
+  std::string var;
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_RANK") != nullptr || std::getenv("PMI_RANK") != nullptr ||
+                            std::getenv("PMIX_RANK") != nullptr;
+  if (controller_set) {
+    c->transport = controller;
+  } else if (cpu_ops_set) {
+    c->transport = cpu_ops;
+  } else {
+    c->transport = lookup("GLOO_RENDEZVOUS_ADDR", &var) != nullptr && !under_mpirun ? Config::Transport::kGloo
+                                                                                    : Config::Transport::kMpi;
+  }
+  if (c->transport != Config::Transport::kGloo) return Status::OK();
+  Config::GlooJob& g = c->gloo;
+  const int64_t kMaxRanks = 1 << 24;
+  HVL_RETURN_IF_ERROR(read_int("SIZE", 1, kMaxRanks, &g.size));
+  HVL_RETURN_IF_ERROR(read_int("RANK", 0, kMaxRanks - 1, &g.rank));
+  HVL_RETURN_IF_ERROR(read_int("LOCAL_RANK", 0, kMaxRanks - 1, &g.local_rank));
+  HVL_RETURN_IF_ERROR(read_int("LOCAL_SIZE", 1, kMaxRanks, &g.local_size));
+  HVL_RETURN_IF_ERROR(read_int("CROSS_RANK", 0, kMaxRanks - 1, &g.cross_rank));
+  HVL_RETURN_IF_ERROR(read_int("CROSS_SIZE", 1, kMaxRanks, &g.cross_size));
+  HVL_RETURN_IF_ERROR(read_int("GLOO_RENDEZVOUS_PORT", 1, 65535, &g.rendezvous_port));
+  HVL_RETURN_IF_ERROR(read_double("GLOO_TIMEOUT_SECONDS", 0.001, 86400.0, &g.timeout_s));
+  read_string("HOSTNAME", &g.hostname);
+  read_string("GLOO_RENDEZVOUS_ADDR", &g.rendezvous_addr);
+  read_string("GLOO_IFACE", &g.iface);
+  const char* why = controller_set || cpu_ops_set ? "HOROVOD_CONTROLLER/HOROVOD_CPU_OPERATIONS=gloo"
+                                                  : "HOROVOD_GLOO_RENDEZVOUS_ADDR set outside mpirun";
+  std::string missing;
+  if (g.rank < 0) missing += " HOROVOD_RANK";
+  if (g.size < 0) missing += " HOROVOD_SIZE";
+  if (g.rendezvous_addr.empty()) missing += " HOROVOD_GLOO_RENDEZVOUS_ADDR";
+  if (g.rendezvous_port == 0) missing += " HOROVOD_GLOO_RENDEZVOUS_PORT";
+  if (!missing.empty()) {
+    return Status::InvalidArgument(std::string("a Gloo job (") + why + ") needs" + missing +
+                                   " (start it with horovodlite-run --gloo, or under mpirun for MPI)");
+  }
+  if (g.rank >= g.size) {
+    return Status::InvalidArgument("HOROVOD_RANK " + std::to_string(g.rank) + " is not below HOROVOD_SIZE " +
+                                   std::to_string(g.size));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status Config::from_env(Config* out) {
@@ -206,6 +277,7 @@ Status Config::from_env(Config* out) {
         return bad(var, v, "nccl or mpi");
     }
   }
+  HVL_RETURN_IF_ERROR(read_transport(&c));
   *out = c;
   return Status::OK();
 }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "mpi_context.h"
+#include "transport/mpi_transport.h"
 
 namespace horovodlite {
 
@@ -13,10 +13,18 @@ constexpr int kUnfoldTag = 1;
 constexpr int kFirstExchangeTag = 2;  // + the exchange's index (< 32 for any int rank count)
 }  // namespace
 
+RecursiveDoubling::RecursiveDoubling(transport::ContextPtr context, int64_t message_bytes)
+    : context_(std::move(context)),
+      piece_words_(message_bytes >= 8 ? static_cast<size_t>(message_bytes / 8) : size_t(INT_MAX) / 8) {
+  plan();
+}
+
 RecursiveDoubling::RecursiveDoubling(MPI_Comm comm, int64_t message_bytes)
-    : comm_(comm), piece_words_(message_bytes >= 8 ? static_cast<size_t>(message_bytes / 8) : size_t(INT_MAX)) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
+    : RecursiveDoubling(std::make_shared<transport::MpiTransport>(comm), message_bytes) {}
+
+void RecursiveDoubling::plan() {
+  rank_ = context_->rank();
+  size_ = context_->size();
   int pof2 = 1;
   while (pof2 <= size_ / 2) pof2 *= 2;
   const int rem = size_ - pof2;
@@ -37,18 +45,18 @@ Status RecursiveDoubling::post(bool send, uint64_t* words, size_t n, int peer, i
   const size_t pieces = n == 0 ? 1 : (n + piece_words_ - 1) / piece_words_;
   for (size_t k = 0; k < pieces; ++k) {
     const size_t at = k * piece_words_;
-    const int count = static_cast<int>(std::min(piece_words_, n - at));
-    requests_.push_back(MPI_REQUEST_NULL);
-    HVL_MPI_CHECK(send ? MPI_Isend(words + at, count, MPI_UINT64_T, peer, tag, comm_, &requests_.back())
-                       : MPI_Irecv(words + at, count, MPI_UINT64_T, peer, tag, comm_, &requests_.back()));
+    const size_t bytes = std::min(piece_words_, n - at) * sizeof(uint64_t);
+    requests_.emplace_back();
+    HVL_RETURN_IF_ERROR(send ? context_->isend(words + at, bytes, peer, tag, &requests_.back())
+                             : context_->irecv(words + at, bytes, peer, tag, &requests_.back()));
   }
   return Status::OK();
 }
 
-Status RecursiveDoubling::wait_posted(const char* what) {
+Status RecursiveDoubling::wait_posted() {
   Status first;
-  for (MPI_Request& r : requests_) {  // every request completes (or fails) before the buffers are reused
-    Status s = mpi_wait(&r, what);
+  for (transport::RequestPtr& r : requests_) {  // every request completes (or fails) before the buffers are reused
+    Status s = r->wait(transport::kNoTimeout, transport::kControlBackoff);
     if (first.ok() && !s.ok()) first = s;
   }
   requests_.clear();
@@ -61,25 +69,25 @@ Status RecursiveDoubling::run(uint64_t* words, size_t n, const Combine& combine)
   requests_.clear();
   if (folded_out_) {
     HVL_RETURN_IF_ERROR(post(true, words, n, fold_partner_, kFoldTag));
-    HVL_RETURN_IF_ERROR(wait_posted("MPI_Isend (negotiation fold)"));
+    HVL_RETURN_IF_ERROR(wait_posted());
     HVL_RETURN_IF_ERROR(post(false, words, n, fold_partner_, kUnfoldTag));
-    return wait_posted("MPI_Irecv (negotiation unfold)");
+    return wait_posted();
   }
   if (fold_partner_ >= 0) {
     HVL_RETURN_IF_ERROR(post(false, scratch_.data(), n, fold_partner_, kFoldTag));
-    HVL_RETURN_IF_ERROR(wait_posted("MPI_Irecv (negotiation fold)"));
+    HVL_RETURN_IF_ERROR(wait_posted());
     combine(scratch_.data(), words);
   }
   for (size_t i = 0; i < peers_.size(); ++i) {
     const int tag = kFirstExchangeTag + static_cast<int>(i);
     HVL_RETURN_IF_ERROR(post(false, scratch_.data(), n, peers_[i], tag));
     HVL_RETURN_IF_ERROR(post(true, words, n, peers_[i], tag));
-    HVL_RETURN_IF_ERROR(wait_posted("negotiation exchange (MPI_Irecv/MPI_Isend)"));
+    HVL_RETURN_IF_ERROR(wait_posted());
     combine(scratch_.data(), words);
   }
   if (fold_partner_ >= 0) {
     HVL_RETURN_IF_ERROR(post(true, words, n, fold_partner_, kUnfoldTag));
-    HVL_RETURN_IF_ERROR(wait_posted("MPI_Isend (negotiation unfold)"));
+    HVL_RETURN_IF_ERROR(wait_posted());
   }
   return Status::OK();
 }

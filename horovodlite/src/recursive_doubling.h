@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "horovodlite/common.h"
+#include "transport/transport.h"
 
 namespace horovodlite {
 
@@ -39,9 +40,11 @@ class RecursiveDoubling {
   // inout = combine(in, inout), over the whole vector.
   using Combine = std::function<void(const uint64_t* in, uint64_t* inout)>;
 
-  // The plan for this rank of `comm` (not owned; point-to-point traffic on it
-  // uses tags 0..63). message_bytes: the largest message to send (a multiple
-  // of 8, the same on every rank; 0: no limit). Not collective.
+  // The plan for this rank of `context` (point-to-point traffic on it uses
+  // tags 0..63). message_bytes: the largest message to send (a multiple of 8,
+  // the same on every rank; 0: no limit). Not collective.
+  explicit RecursiveDoubling(transport::ContextPtr context, int64_t message_bytes = 0);
+  // The same over an MPI communicator (not owned).
   explicit RecursiveDoubling(MPI_Comm comm, int64_t message_bytes = 0);
 
   // Collective over the communicator: every rank passes the same n.
@@ -54,9 +57,10 @@ class RecursiveDoubling {
   // Posts the sends or receives of n words in pieces of at most piece_words_.
   Status post(bool send, uint64_t* words, size_t n, int peer, int tag);
   // Completes everything posted.
-  Status wait_posted(const char* what);
+  Status wait_posted();
+  void plan();
 
-  MPI_Comm comm_;
+  transport::ContextPtr context_;
   int rank_ = 0;
   int size_ = 1;
   // Fold: -1, or the partner this rank hands its vector to (folded_out_) or
@@ -66,7 +70,7 @@ class RecursiveDoubling {
   std::vector<int> peers_;  // one per exchange
   size_t piece_words_;
   std::vector<uint64_t> scratch_;
-  std::vector<MPI_Request> requests_;
+  std::vector<transport::RequestPtr> requests_;
 };
 
 }  // namespace horovodlite

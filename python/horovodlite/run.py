@@ -1,17 +1,22 @@
-"""horovodlite-run: launch a horovodlite job through mpirun, with horovodrun's flags.
+"""horovodlite-run: launch a horovodlite job through mpirun or, with --gloo (or
+where mpirun is missing), without it; horovodrun's flags.
 
     horovodlite-run -np 4 python3 train.py --epochs 3
     horovodlite-run -np 8 -H host1:4,host2:4 --fusion-threshold-mb 32 ./train
     horovodlite-run -np 8 --hostfile hosts.txt -p 2222 --network-interface eth0 python3 train.py
     horovodlite-run --check-build
     python3 -m horovodlite.run -np 2 python3 script.py
+    horovodlite-run --gloo -np 4 -H host1:2,host2:2 --network-interface eth0 python3 train.py
 
 Flags have horovodrun 0.28's names and meanings; each becomes a HOROVODLITE_*
 variable that mpirun exports to every rank, or an mpirun argument (the table is
 in docs/python.md). horovodrun flags that horovodlite cannot honour, and unknown
 flags, are errors. Before starting ranks on other hosts, each one is checked
 (through the launch agent: ssh by default) within --start-timeout. The job's
-exit code is forwarded (128 + N when mpirun dies of signal N).
+exit code is forwarded (128 + N when mpirun dies of signal N). A Gloo job
+(runner/gloo_run.py) serves the rendezvous KV store itself and starts the ranks
+with the Gloo-launch contract's HOROVOD_* variables; its exit code is the first
+failing rank's, and the other ranks are ended when one fails.
 """
 
 import argparse
@@ -32,22 +37,11 @@ DEFAULT_START_TIMEOUT_S = 30
 # horovodrun flags that horovodlite-run recognises but cannot honour: a clear
 # error instead of "unrecognized arguments" (or, worse, silence).
 _UNSUPPORTED = {
-    "--gloo": "horovodlite runs on MPI only",
     "--jsrun": "horovodlite launches with mpirun only",
-    "--min-np": "elastic training is not supported",
-    "--min-num-proc": "elastic training is not supported",
-    "--max-np": "elastic training is not supported",
-    "--max-num-proc": "elastic training is not supported",
-    "--slots-per-host": "elastic training is not supported",
-    "--elastic-timeout": "elastic training is not supported",
-    "--reset-limit": "elastic training is not supported",
-    "--blacklist-cooldown-range": "elastic training is not supported",
-    "--host-discovery-script": "elastic training is not supported",
     "--config-file": "give the settings as flags or HOROVODLITE_* variables",
     "--mpi-threads-disable": "horovodlite always asks MPI for MPI_THREAD_MULTIPLE",
     "--num-nccl-streams": "horovodlite uses one NCCL stream",
     "--thread-affinity": "horovodlite does not pin its background thread",
-    "--gloo-timeout-seconds": "horovodlite runs on MPI only",
 }
 
 
@@ -110,8 +104,8 @@ def make_parser():
         prog="horovodlite-run", allow_abbrev=False,
         description="Run a horovodlite program on N processes with mpirun; horovodrun's flags.")
     parser.add_argument("-v", "--version", action="version", version=__version__, help="print the version")
-    np_action = parser.add_argument("-np", "--num-proc", dest="np", type=_positive_int, required=True,
-                                    help="number of processes")
+    np_action = parser.add_argument("-np", "--num-proc", dest="np", type=_positive_int, default=None,
+                                    help="number of processes (elastic: to start with; default --min-np)")
     parser.add_argument("-cb", "--check-build", dest="check_build", action=_CheckBuild, np_action=np_action,
                         default=False, help="print what this build of horovodlite has, and exit")
     parser.add_argument("--start-timeout", type=_positive_int, default=None,
@@ -119,14 +113,23 @@ def make_parser():
                              "(default: $HOROVOD_START_TIMEOUT or %d)" % DEFAULT_START_TIMEOUT_S)
     parser.add_argument("--network-interface", "--network-interfaces", dest="nics", action="append", default=None,
                         help="network interface(s) (comma-separated, or the flag repeated) for MPI's TCP "
-                             "traffic: btl_tcp_if_include and oob_tcp_if_include")
+                             "traffic (btl_tcp_if_include and oob_tcp_if_include); in a Gloo job the first one is "
+                             "the ranks' HOROVOD_GLOO_IFACE")
     parser.add_argument("--output-filename", default=None,
                         help="mpirun --output-filename: each rank's output under this directory")
     parser.add_argument("--verbose", action="store_true",
                         help="print the mpirun command and the host checks; debug logging unless --log-level")
     parser.add_argument("--mpirun", default=os.environ.get("HOROVODLITE_MPIRUN", "mpirun"),
                         help="the mpirun to use (default: $HOROVODLITE_MPIRUN or mpirun)")
-    parser.add_argument("--mpi", action="store_true", help="accepted: MPI is horovodlite's only controller")
+    controller = parser.add_mutually_exclusive_group()
+    controller.add_argument("--mpi", dest="use_mpi", action="store_true",
+                            help="launch with mpirun (the default where mpirun is found)")
+    controller.add_argument("--gloo", dest="use_gloo", action="store_true",
+                            help="launch without mpirun: ranks started directly or through ssh, Gloo rendezvous "
+                                 "through the launcher (the default where mpirun is missing)")
+    parser.add_argument("--gloo-timeout-seconds", type=_positive_int, default=None,
+                        help="Gloo job: seconds within which the ranks must meet at the rendezvous and connect "
+                             "(HOROVOD_GLOO_TIMEOUT_SECONDS; default 30)")
 
     ssh = parser.add_argument_group("SSH arguments")
     ssh.add_argument("-p", "--ssh-port", type=_port, default=None, help="SSH port on all the hosts")
@@ -182,6 +185,26 @@ def make_parser():
     library.add_argument("--mpi-args", default="",
                          help='extra mpirun arguments, as one string: --mpi-args="--map-by ppr:2:node"')
 
+    elastic = parser.add_argument_group("elastic arguments (a Gloo job that survives lost workers and takes in "
+                                        "new hosts: horovodlite.torch.elastic)")
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=_positive_int, default=None,
+                         help="fewest processes to train with (default -np)")
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=_positive_int, default=None,
+                         help="most processes to train with (default: no limit)")
+    elastic.add_argument("--slots-per-host", "--slots", dest="slots", type=_positive_int, default=None,
+                         help="slots of a host the discovery script lists without ':<slots>' (default 1)")
+    elastic.add_argument("--host-discovery-script", dest="discovery_script", default=None,
+                         help="run every second; prints the available hosts, one '<host>[:<slots>]' a line")
+    elastic.add_argument("--elastic-timeout", type=_positive_int, default=None,
+                         help="seconds to wait for --min-np slots and for every worker to report after a "
+                              "failure (default: $HOROVOD_ELASTIC_TIMEOUT or 600)")
+    elastic.add_argument("--reset-limit", type=_non_negative_int, default=None,
+                         help="most times the world is re-formed before the job fails (default: no limit)")
+    elastic.add_argument("--blacklist-cooldown-range", type=_positive_int, nargs=2, default=None,
+                         metavar=("LOW", "HIGH"),
+                         help="seconds a failed host stays blacklisted: LOW*2^n+U(0,LOW) for its n-th "
+                              "failure, clamped to [LOW, HIGH] (default: for good)")
+
     logging = parser.add_argument_group("logging arguments")
     logging.add_argument("--log-level", type=_log_level, default=None,
                          help="minimum level logged to stderr: %s (default WARNING)" % ", ".join(LOG_LEVELS))
@@ -196,7 +219,7 @@ def make_parser():
 
     unsupported = parser.add_argument_group("horovodrun arguments that are errors here")
     for flag in sorted(_UNSUPPORTED):
-        nargs = 0 if flag in ("--gloo", "--jsrun", "--mpi-threads-disable") else "?"
+        nargs = 0 if flag in ("--jsrun", "--mpi-threads-disable") else "?"
         unsupported.add_argument(flag, action=_Unsupported, nargs=nargs, help=argparse.SUPPRESS)
 
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
@@ -380,7 +403,127 @@ def _fail(message, code=1):
     return code
 
 
+def is_elastic(args):
+    return args.min_np is not None or args.max_np is not None or args.discovery_script is not None
+
+
+def elastic_sizes(parser, args):
+    """(np, min_np, max_np) of an elastic job, or a usage error."""
+    min_np = args.min_np if args.min_np is not None else args.np
+    if min_np is None:
+        parser.error("an elastic job needs --min-np or -np")
+    max_np = args.max_np
+    if args.min_np is not None and max_np is not None and min_np > max_np:
+        parser.error("--min-np %d is more than --max-np %d" % (min_np, max_np))
+    np = args.np if args.np is not None else min_np
+    if np < min_np or (max_np is not None and np > max_np):
+        parser.error("-np %d is outside --min-np %d .. --max-np %s" % (np, min_np, max_np if max_np else "(none)"))
+    return np, min_np, max_np if max_np is not None else 1 << 30
+
+
+def elastic_timeout(args):
+    if args.elastic_timeout is not None:
+        return args.elastic_timeout
+    text = os.environ.get("HOROVODLITE_ELASTIC_TIMEOUT", os.environ.get("HOROVOD_ELASTIC_TIMEOUT", "600"))
+    try:
+        value = int(text)
+        if value >= 1:
+            return value
+    except ValueError:
+        pass
+    raise ValueError("HOROVOD_ELASTIC_TIMEOUT must be a whole number of seconds >= 1, got '%s'" % text)
+
+
+def wants_gloo(args):
+    """--gloo, or neither --gloo nor --mpi and no mpirun to be found (elastic
+    jobs always run on Gloo)."""
+    if args.use_gloo or is_elastic(args):
+        return True
+    return not args.use_mpi and shutil.which(args.mpirun) is None
+
+
+def gloo_main(parser, args, argv):
+    from horovodlite.runner import gloo_run
+
+    if args.mpi_args:
+        parser.error("--mpi-args has no meaning in a Gloo job (no mpirun)")
+    elastic = is_elastic(args)
+    if elastic:
+        if args.use_mpi:
+            parser.error("elastic jobs (--min-np/--max-np/--host-discovery-script) run on Gloo, not --mpi")
+        if args.discovery_script and (args.hosts or args.hostfile):
+            parser.error("--host-discovery-script and -H/--hostfile cannot be combined")
+        if args.blacklist_cooldown_range:
+            from horovodlite.runner.elastic.discovery import validate_cooldown_range
+            try:
+                validate_cooldown_range(args.blacklist_cooldown_range)
+            except ValueError as e:
+                parser.error(str(e))
+        np, min_np, max_np = elastic_sizes(parser, args)
+        try:
+            timeout_s = elastic_timeout(args)
+        except ValueError as e:
+            parser.error(str(e))
+
+    try:
+        hosts = host_list(args)
+        testbed = Testbed(args.hosts_netns) if args.hosts_netns else None
+        start_timeout(args)
+    except (hosts_util.HostsError, TestbedError, ValueError) as e:
+        parser.error(str(e))
+    if testbed and not hosts:
+        parser.error("--hosts-netns %s needs -H or --hostfile with the testbed's hosts (%s)" % (
+            testbed.name, ", ".join(testbed.hosts)))
+    if elastic and not args.discovery_script and hosts is None:
+        hosts = [("localhost", max_np if max_np < (1 << 30) else np)]
+    if hosts is None:
+        hosts = [("localhost", args.np)]
+    if not elastic and sum(slots for _, slots in hosts) < args.np:
+        parser.error("-np %d is more than the %d slots of the hosts given" % (
+            args.np, sum(slots for _, slots in hosts)))
+    if testbed and os.environ.get("HVL_LAUNCH_NS") != testbed.launch_ns:
+        # The rendezvous server must be reachable from the simulated hosts: the
+        # launcher itself runs in the testbed's launch namespace.
+        env = dict(os.environ, HVL_LAUNCH_NS=testbed.launch_ns)
+        cmd = testbed.mpirun_prefix() + [sys.executable, "-m", "horovodlite.run"] + list(argv)
+        if args.verbose:
+            print("horovodlite-run: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+        try:
+            rc = subprocess.call(cmd, env=env)
+        except KeyboardInterrupt:
+            return 130
+        return 128 - rc if rc < 0 else rc
+
+    is_local = (lambda name: False) if testbed else hosts_util.is_local
+    remote = [name for name, _ in hosts if not is_local(name)] if not (elastic and args.discovery_script) else []
+    agent = reachability.launch_agent([], testbed.agent if testbed else None)
+    if remote:
+        problem = check_hosts(args, hosts, testbed)
+        if problem:
+            return _fail(problem)
+    nics = interfaces(args)
+    if elastic:
+        from horovodlite.runner.elastic.launch import launch_elastic, make_discovery
+        discovery = make_discovery(args.discovery_script, hosts, args.slots)
+        return launch_elastic(
+            args.command, discovery, np, min_np, max_np, job_environment(args), timeout_s=timeout_s,
+            reset_limit=args.reset_limit, cooldown_range=args.blacklist_cooldown_range,
+            iface=nics.split(",")[0] if nics else None, gloo_timeout_s=args.gloo_timeout_seconds,
+            agent=agent, ssh_args=ssh_args(args), is_local=is_local,
+            log_level=args.log_level or ("DEBUG" if args.verbose else "INFO"))
+    try:
+        return gloo_run.launch_gloo(
+            args.command, hosts, args.np, job_environment(args),
+            iface=nics.split(",")[0] if nics else None, timeout_s=args.gloo_timeout_seconds,
+            agent=agent, ssh_args=ssh_args(args),
+            output_dir=os.path.abspath(args.output_filename) if args.output_filename else None,
+            verbose=args.verbose, is_local=is_local)
+    except (RuntimeError, ValueError) as e:
+        return _fail(str(e))
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -392,8 +535,20 @@ def main(argv=None):
         return check_build(mpirun_base(args, 1))
     if not args.command:
         parser.error("no command to run")
+    if args.np is None and not is_elastic(args):
+        parser.error("the following arguments are required: -np/--num-proc")
+    if not is_elastic(args):
+        for flag, value in (("--slots-per-host", args.slots), ("--elastic-timeout", args.elastic_timeout),
+                            ("--reset-limit", args.reset_limit),
+                            ("--blacklist-cooldown-range", args.blacklist_cooldown_range)):
+            if value is not None:
+                parser.error("%s is for elastic jobs (--min-np/--max-np/--host-discovery-script)" % flag)
+    if wants_gloo(args):
+        return gloo_main(parser, args, argv)
     if shutil.which(args.mpirun) is None:
         parser.error("cannot find '%s' (install Open MPI or pass --mpirun)" % args.mpirun)
+    if args.gloo_timeout_seconds is not None:
+        parser.error("--gloo-timeout-seconds is for Gloo jobs (--gloo)")
     try:
         hosts = host_list(args)
         testbed = Testbed(args.hosts_netns) if args.hosts_netns else None

@@ -287,6 +287,7 @@ py::dict build_info() {
   d["mpi_version"] = std::to_string(info.mpi_version) + "." + std::to_string(info.mpi_subversion);
   d["cuda"] = info.cuda;
   d["cuda_runtime_version"] = info.cuda_runtime_version;
+  d["gloo"] = info.gloo;
   d["nccl_version"] = info.nccl_version;
   d["cpu_avx2_f16c"] = info.cpu_avx2_f16c;
   d["ring_threshold_bytes"] = info.ring_threshold_bytes;
@@ -339,6 +340,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("cross_size", &hvt::cross_size);
   m.def("mpi_threads_supported", &hvt::mpi_threads_supported);
   m.def("nccl_version", &nccl_version);
+  m.def("gloo_built", &horovodlite::gloo_built);
 #ifdef HVL_HAVE_CUDA
   m.attr("cuda_built") = true;
 #else

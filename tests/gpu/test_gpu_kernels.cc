@@ -194,8 +194,8 @@ TEST(Scale, HalfFactorsRoundedAsHorovod) {
       const int64_t n = 65536;  // every fp16 bit pattern (NaN/inf included)
       std::vector<uint16_t> src(n);
       for (int64_t i = 0; i < n; ++i) src[i] = static_cast<uint16_t>(i);
-      const float f = dtype == DataType::kFloat16 ? kernels::device_half_factor(factor)
-                                                  : kernels::device_bfloat16_factor(factor);
+      const float f =
+          dtype == DataType::kFloat16 ? kernels::device_half_factor(factor) : kernels::device_bfloat16_factor(factor);
       std::vector<uint16_t> expect(n);
       for (int64_t i = 0; i < n; ++i) {
         expect[i] = dtype == DataType::kFloat16 ? kernels::float_to_half(kernels::half_to_float(src[i]) * f)
@@ -207,7 +207,8 @@ TEST(Scale, HalfFactorsRoundedAsHorovod) {
       std::vector<uint16_t> got(n);
       ASSERT_EQ(cudaMemcpy(got.data(), d.get(), n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
       for (int64_t i = 0; i < n; ++i) {
-        const bool nan = dtype == DataType::kFloat16 ? (expect[i] & 0x7fffu) > 0x7c00u : (expect[i] & 0x7fffu) > 0x7f80u;
+        const bool nan =
+            dtype == DataType::kFloat16 ? (expect[i] & 0x7fffu) > 0x7c00u : (expect[i] & 0x7fffu) > 0x7f80u;
         if (nan) continue;  // NaN payloads may differ
         ASSERT_EQ(got[i], expect[i]) << dtype_name(dtype) << " factor " << factor << " element " << i;
       }

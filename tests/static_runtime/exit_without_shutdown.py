@@ -1,9 +1,8 @@
 # Initialises horovodlite, runs an allreduce and leaves without shutdown():
 # Python's and the C++ runtime's exit handlers shut it down. Run under
 # mpirun by static_runtime_test.sh with a module linked with -static-libstdc++.
-import torch
-
 import horovodlite.torch as hvd
+import torch
 
 hvd.init()
 x = torch.full((1000,), float(hvd.rank() + 1))

@@ -16,7 +16,9 @@ if command -v ccache >/dev/null; then
 fi
 # Only the Python module (and what it links); no LTO (pybind11 would add it):
 # the link is the slow part, and LTO is not what is tested.
-cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" \
+# The compiler through CXX (read at the first configure only: a build tree
+# configured by another compiler path is reused as it is, not wiped).
+CXX="$cxx" cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
   -DHVL_WERROR="${HVL_WERROR:-OFF}" -DPython_EXECUTABLE="$python" -DTorch_DIR="$torch_dir" -Dpybind11_DIR="$pybind11_dir" \
   -DHVL_WITH_CUDA=OFF -DHVL_BUILD_TESTS=OFF -DHVL_BUILD_BENCH=OFF -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF \
   -DCMAKE_SHARED_LINKER_FLAGS=-static-libstdc++ -DCMAKE_MODULE_LINKER_FLAGS=-static-libstdc++ >"$build.configure.log" 2>&1 ||

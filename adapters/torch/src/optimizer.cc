@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "horovodlite/horovodlite.h"
 #include "horovodlite/torch/collectives.h"
 #include "horovodlite/torch/error.h"
 
@@ -43,8 +44,11 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
                                            const DistributedOptimizerOptions& options)
     : optimizer_(std::move(optimizer)), options_(options) {
   check_argument(optimizer_ != nullptr, "DistributedOptimizer: the optimizer is null");
-  check_argument(options_.op == ReduceOp::kAverage || options_.op == ReduceOp::kSum,
-                 std::string("DistributedOptimizer: op must be Average or Sum, got ") + reduce_op_name(options_.op));
+  check_argument(
+      options_.op == ReduceOp::kAverage || options_.op == ReduceOp::kSum || options_.op == ReduceOp::kAdasum,
+      std::string("DistributedOptimizer: op must be Average, Sum or Adasum, got ") + reduce_op_name(options_.op));
+  check_argument(options_.op != ReduceOp::kAdasum || options_.process_set.id() == 0,
+                 "DistributedOptimizer: Adasum does not support non-global process sets (as Horovod)");
   check_argument(options_.backward_passes_per_step >= 1,
                  "DistributedOptimizer: backward_passes_per_step must be >= 1, got " +
                      std::to_string(options_.backward_passes_per_step));
@@ -120,7 +124,8 @@ void DistributedOptimizer::on_gradient_ready(size_t index) {
   Param& p = params_[index];
   if (p.delay <= 0) throw HorovodError(StatusCode::kPrecondition, kTooManyPasses);
   --p.delay;
-  if (p.delay == 0) start_allreduce(p);
+  // Adasum combines updates, not gradients: nothing leaves before step().
+  if (p.delay == 0 && options_.op != ReduceOp::kAdasum) start_allreduce(p);
 }
 
 void DistributedOptimizer::start_allreduce(Param& p) {
@@ -146,6 +151,7 @@ void DistributedOptimizer::start_allreduce(Param& p) {
 void DistributedOptimizer::finish_allreduce(Param& p) { p.handle.synchronize(); }
 
 void DistributedOptimizer::synchronize() {
+  if (options_.op == ReduceOp::kAdasum) return;  // the updates are combined in step()
   std::lock_guard<std::mutex> lock(mu_);
   std::string first_error;
   StatusCode first_code = StatusCode::kOk;
@@ -182,9 +188,62 @@ void DistributedOptimizer::synchronize() {
 }
 
 at::Tensor DistributedOptimizer::step(::torch::optim::Optimizer::LossClosure closure) {
+  if (options_.op == ReduceOp::kAdasum) return adasum_step(std::move(closure));
   if (!synchronized_) synchronize();
   synchronized_ = false;
   return optimizer_->step(std::move(closure));
+}
+
+// Horovod's Adasum optimizer: the local step first (on the gradients of this
+// rank, accumulated over backward_passes_per_step passes), then the update of
+// every parameter is combined across ranks with Adasum and added to the
+// parameter's value from before the step. (Horovod steps each parameter from
+// its gradient hook; stepping them together here gives the same update for the
+// element-wise torch::optim optimizers, and every update leaves at once.)
+at::Tensor DistributedOptimizer::adasum_step(::torch::optim::Optimizer::LossClosure closure) {
+  const int world = ::horovodlite::size();
+  check_argument(world > 0 && (world & (world - 1)) == 0,
+                 "DistributedOptimizer: Adasum needs a power-of-two number of ranks, but the world size is " +
+                     std::to_string(world));
+  at::Tensor loss;
+  if (closure) {
+    at::AutoGradMode grad(true);
+    loss = closure();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> start;
+  start.reserve(params_.size());
+  for (const Param& p : params_) start.push_back(p.tensor.detach().clone());
+  optimizer_->step();
+  AllreduceOptions ar;
+  ar.op = ReduceOp::kAdasum;
+  ar.compression = options_.compression;
+  std::vector<at::Tensor> deltas;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    deltas.push_back(p.tensor.detach());
+    deltas.back().sub_(start[i]);  // the parameter holds its update until the combined one arrives
+    p.handle = allreduce_async_(deltas.back(), p.name, ar);
+  }
+  std::string first_error;
+  StatusCode first_code = StatusCode::kOk;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    try {
+      p.handle.synchronize();
+    } catch (const HorovodError& e) {
+      if (first_code == StatusCode::kOk) {
+        first_error = e.what();
+        first_code = e.code();
+      }
+    }
+    deltas[i].add_(start[i]);
+    p.handle = AsyncHandle();
+    p.delay = options_.backward_passes_per_step;
+  }
+  if (first_code != StatusCode::kOk) throw HorovodError(first_code, first_error);
+  return loss;
 }
 
 void DistributedOptimizer::zero_grad() {

@@ -15,6 +15,7 @@ struct BuildInfo {
   int mpi_subversion = 0;            //   e.g. 3 and 1 (MPI_Get_version)
   bool cuda = false;                 // the CUDA/NCCL backend is built in
   int cuda_runtime_version = 0;      // CUDART_VERSION built against (12040 = 12.4); 0 without CUDA
+  bool gloo = false;                 // the Gloo TCP transport (gloo_built())
   int nccl_version = 0;              // e.g. 22809 for 2.28.9; 0 without NCCL
   bool cpu_avx2_f16c = false;        // reductions and fp16 conversions use the AVX2/F16C kernels here
   int64_t ring_threshold_bytes = 0;  // defaults of HOROVODLITE_RING_THRESHOLD and

@@ -36,7 +36,7 @@ enum class ReduceOp : uint8_t {
   kMin = 2,
   kMax = 3,
   kProduct = 4,
-  kAdasum = 5,  // accepted by the API, rejected with a clear error: not implemented
+  kAdasum = 5,  // adaptive summation (ops/adasum.h): floating point, power-of-two rank counts
 };
 const char* reduce_op_name(ReduceOp op);
 

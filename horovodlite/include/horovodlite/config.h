@@ -110,6 +110,29 @@ struct Config {
 
   // Reads the environment; returns InvalidArgument naming the variable and value
   // on anything malformed or out of range.
+  // The transport the job runs on: MPI (mpirun), or Gloo TCP for a process
+  // started without mpirun (the Gloo-launch contract, notes/contract-gloo.md):
+  // HOROVOD_CONTROLLER=gloo or HOROVOD_CPU_OPERATIONS=gloo (mpi|gloo; they must
+  // agree when both are set), or, when neither is set, Gloo whenever
+  // HOROVOD_GLOO_RENDEZVOUS_ADDR is set and the process was not started by
+  // mpirun (no OMPI_COMM_WORLD_RANK / PMI_RANK / PMIX_RANK).
+  enum class Transport : uint8_t { kMpi = 0, kGloo = 1 };
+  Transport transport = Transport::kMpi;
+  // A Gloo job's place and rendezvous (read, and required, only for Gloo):
+  // HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK/_SIZE, HOROVOD_CROSS_RANK/_SIZE
+  // (-1: not given, derived from the hostnames), HOROVOD_HOSTNAME,
+  // HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT, HOROVOD_GLOO_IFACE,
+  // HOROVOD_GLOO_TIMEOUT_SECONDS (default 30).
+  struct GlooJob {
+    int64_t rank = -1, size = -1;
+    int64_t local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
+    std::string hostname;
+    std::string rendezvous_addr;
+    int64_t rendezvous_port = 0;
+    std::string iface;
+    double timeout_s = 30.0;
+  } gloo;
+
   static Status from_env(Config* out);
 };
 

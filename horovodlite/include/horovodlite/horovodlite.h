@@ -224,6 +224,8 @@ int64_t reducescatter_rows(int64_t dim0, int world_size, int rank);
 // 22809 for 2.28.9; 0 without NCCL).
 bool cuda_built();
 int nccl_version();
+// Whether the Gloo TCP transport was built (Debian's libgloo-dev; HVL_WITH_GLOO).
+bool gloo_built();
 // Number of CUDA devices this process can use (0 without CUDA or without a GPU).
 int cuda_device_count();
 

@@ -157,9 +157,7 @@ template <class In, class Out, class M>
 cudaError_t launch_convert(const CopyTask* tasks, int n, M factor, cudaStream_t stream) {
   return for_batches(
       tasks, n, [](const CopyTask& t) { return (t.count + VecWidth<In, Out>::value - 1) / VecWidth<In, Out>::value; },
-      [&](const auto& b, dim3 grid) {
-        convert_kernel<In, Out, M><<<grid, kThreads, 0, stream>>>(b, factor);
-      });
+      [&](const auto& b, dim3 grid) { convert_kernel<In, Out, M><<<grid, kThreads, 0, stream>>>(b, factor); });
 }
 
 cudaError_t launch_copy(const CopyTask* tasks, int n, size_t elem, cudaStream_t stream) {

@@ -46,8 +46,8 @@ struct GpuIdentity {
 std::string uuid_string(const unsigned char* u) {
   // nvidia-smi's spelling: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
   char buf[48];
-  std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
   return buf;
 }
 
@@ -75,8 +75,7 @@ Status check_one_gpu_per_rank(MPI_Comm comm, int device) {
   }
   int len = 0;
   char host[MPI_MAX_PROCESSOR_NAME];
-  if (MPI_Get_processor_name(host, &len) == MPI_SUCCESS)
-    std::snprintf(mine.host, sizeof(mine.host), "%.*s", len, host);
+  if (MPI_Get_processor_name(host, &len) == MPI_SUCCESS) std::snprintf(mine.host, sizeof(mine.host), "%.*s", len, host);
   std::vector<GpuIdentity> all(static_cast<size_t>(size));
   HVL_MPI_CHECK_AS(MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, comm),
                    "MPI_Allgather (GPU identities)");

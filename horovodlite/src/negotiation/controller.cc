@@ -7,6 +7,8 @@
 #include "kernels/reduce.h"
 #include "logging.h"
 #include "ops/fusion.h"
+#include "ops/transport_collectives.h"
+#include "transport/mpi_transport.h"
 
 namespace horovodlite::negotiation {
 
@@ -20,6 +22,7 @@ Controller::Controller(const Communicator& comm, const Config& config, Timeline&
       local_(local),
       readiness_(comm.rank == 0 ? std::make_unique<ReadinessTable>(comm.size, identity_.global_ranks, identity_.where)
                                 : nullptr),
+      wire_(std::make_shared<transport::MpiTransport>(comm.comm)),
       exchange_(comm.host_ordered != MPI_COMM_NULL ? comm.host_ordered : comm.comm, comm.eager_message_bytes),
       cache_(static_cast<size_t>(config.cache_capacity)),
       votes_(static_cast<size_t>(config.cache_capacity), comm.size),
@@ -315,27 +318,40 @@ void Controller::cache_negotiated(const std::vector<Response>& negotiated) {
 
 Status Controller::negotiate(std::vector<Response>* out) {
   const int rank = comm_.rank, size = comm_.size;
-  MPI_Comm comm = comm_.comm;
   send_buf_.clear();
   encode_requests(uncached_, &send_buf_);
   uncached_.clear();
 
-  int len = static_cast<int>(send_buf_.size());
-  std::vector<int> lens(rank == 0 ? size : 0), displs(rank == 0 ? size : 0);
-  MPI_Request req;
-  HVL_MPI_CHECK(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm, &req));
-  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igather"));
+  // Gather every rank's request list on rank 0: its length, then its bytes.
+  transport::Context& wire = *wire_;
+  constexpr int kLengthTag = transport_ops::kTagBase + 8, kBodyTag = transport_ops::kTagBase + 9;
+  int64_t len = static_cast<int64_t>(send_buf_.size());
+  std::vector<int64_t> lens(rank == 0 ? size : 0), displs(rank == 0 ? size : 0);
+  std::vector<transport::RequestPtr> reqs;
   if (rank == 0) {
+    lens[0] = len;
+    reqs.resize(static_cast<size_t>(size));
+    for (int r = 1; r < size; ++r) {
+      HVL_RETURN_IF_ERROR(wire.irecv(&lens[r], sizeof(int64_t), r, kLengthTag, &reqs[r]));
+    }
+    HVL_RETURN_IF_ERROR(transport::wait_all(&reqs, transport::kNoTimeout, transport::kControlBackoff));
     int64_t total = 0;
     for (int r = 0; r < size; ++r) {
-      displs[r] = static_cast<int>(total);
+      displs[r] = total;
       total += lens[r];
     }
     recv_buf_.resize(static_cast<size_t>(total));
+    if (len > 0) std::memcpy(recv_buf_.data(), send_buf_.data(), static_cast<size_t>(len));
+    for (int r = 1; r < size; ++r) {
+      HVL_RETURN_IF_ERROR(
+          wire.irecv(recv_buf_.data() + displs[r], static_cast<size_t>(lens[r]), r, kBodyTag, &reqs[r]));
+    }
+  } else {
+    reqs.resize(2);
+    HVL_RETURN_IF_ERROR(wire.isend(&len, sizeof(int64_t), 0, kLengthTag, &reqs[0]));
+    HVL_RETURN_IF_ERROR(wire.isend(send_buf_.data(), static_cast<size_t>(len), 0, kBodyTag, &reqs[1]));
   }
-  HVL_MPI_CHECK(MPI_Igatherv(send_buf_.data(), len, MPI_BYTE, recv_buf_.data(), lens.data(), displs.data(), MPI_BYTE, 0,
-                             comm, &req));
-  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igatherv"));
+  HVL_RETURN_IF_ERROR(transport::wait_all(&reqs, transport::kNoTimeout, transport::kControlBackoff));
 
   int64_t resp_len = 0;
   if (rank == 0) {
@@ -362,11 +378,10 @@ Status Controller::negotiate(std::vector<Response>* out) {
     encode_responses(ready, &send_buf_);
     resp_len = static_cast<int64_t>(send_buf_.size());
   }
-  HVL_MPI_CHECK(MPI_Ibcast(&resp_len, 1, MPI_INT64_T, 0, comm, &req));
-  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  HVL_RETURN_IF_ERROR(transport_ops::broadcast(wire, &resp_len, sizeof(resp_len), 0, transport::kControlBackoff));
   if (rank != 0) send_buf_.resize(static_cast<size_t>(resp_len));
-  HVL_MPI_CHECK(MPI_Ibcast(send_buf_.data(), static_cast<int>(resp_len), MPI_BYTE, 0, comm, &req));
-  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  HVL_RETURN_IF_ERROR(
+      transport_ops::broadcast(wire, send_buf_.data(), static_cast<size_t>(resp_len), 0, transport::kControlBackoff));
   return decode_responses(reinterpret_cast<const uint8_t*>(send_buf_.data()), send_buf_.size(), out);
 }
 

@@ -50,6 +50,7 @@
 #include "negotiation/stall_inspector.h"
 #include "recursive_doubling.h"
 #include "timeline.h"
+#include "transport/transport.h"
 #include "watchdog.h"
 
 namespace horovodlite::negotiation {
@@ -160,7 +161,11 @@ class Controller {
   Watchdog& watchdog_;
   const LocalOps& local_;
   std::unique_ptr<ReadinessTable> readiness_;  // rank 0 only
-  RecursiveDoubling exchange_;                 // the vote's allreduce
+  // comm_.comm as a transport context: the request gather and the response
+  // broadcast are point-to-point messages on it (tags kGatherTag.., distinct
+  // from the vote's), so any transport can carry the negotiation.
+  transport::ContextPtr wire_;
+  RecursiveDoubling exchange_;  // the vote's allreduce
   ResponseCache cache_;
   CycleVote votes_;
   StallInspector stall_;

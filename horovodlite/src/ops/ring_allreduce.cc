@@ -28,49 +28,22 @@
 #include "kernels/reduce.h"
 #include "mpi_context.h"
 #include "op_util.h"
+#include "transport/mpi_transport.h"
 #include "watchdog.h"
 
 namespace horovodlite {
 
 namespace {
-// MPI_Wait / MPI_Waitall / MPI_Waitany for the ring, without an unbounded busy
-// poll: polls with MPI_Test* (which also moves the data) for up to kSpin, then
-// sleeps in growing steps up to kMaxSleepUs. MPI's own wait spins for as long as
-// the peer is behind: under a plain mpirun each rank is bound to one core, which
-// this thread shares with the training thread, so while the peer is still in its
-// backward pass the spinning took the core from this rank's backward pass.
-// kSpin covers a segment in flight: with 50 us the C++ allreduce at 4 MiB lost
-// 25-30 % under binding (a 256 KiB segment takes about that long, and a sleep here
-// lasts >= 20 us); with 200 us it matches MPI_Wait (README: A/B figures), while
-// ResNet-18's background thread used 100-120 instead of 134-152 ms CPU per step.
-constexpr auto kSpin = std::chrono::microseconds(200);
-constexpr int kMaxSleepUs = 100;
-
-template <typename Test>
-int poll_then_sleep(Test test) {
-  int done = 0;
-  const auto start = std::chrono::steady_clock::now();
-  int sleep_us = 2;
-  while (true) {
-    const int rc = test(&done);
-    if (rc != MPI_SUCCESS || done) return rc;
-    if (std::chrono::steady_clock::now() - start < kSpin) continue;
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-    sleep_us = std::min(sleep_us * 2, kMaxSleepUs);
-  }
-}
-
-int ring_wait(MPI_Request* r) {
-  return poll_then_sleep([r](int* done) { return MPI_Test(r, done, MPI_STATUS_IGNORE); });
-}
-
-int ring_waitall(int n, MPI_Request* r) {
-  return poll_then_sleep([n, r](int* done) { return MPI_Testall(n, r, done, MPI_STATUSES_IGNORE); });
-}
-
-int ring_waitany(int n, MPI_Request* r, int* which) {
-  return poll_then_sleep([n, r, which](int* done) { return MPI_Testany(n, r, which, done, MPI_STATUS_IGNORE); });
-}
+// The waits are the transport's (Request::wait, wait_all, wait_any): they poll
+// for up to 200 us, then sleep in growing steps up to 100 us, never an unbounded
+// busy poll. MPI's own wait spins for as long as the peer is behind: under a
+// plain mpirun each rank is bound to one core, which this thread shares with the
+// training thread, so while the peer is still in its backward pass the spinning
+// took the core from this rank's backward pass. The 200 us cover a segment in
+// flight: with 50 us the C++ allreduce at 4 MiB lost 25-30 % under binding (a
+// 256 KiB segment takes about that long, and a sleep lasts >= 20 us); with 200 us
+// it matches MPI_Wait, while ResNet-18's background thread used 100-120 instead
+// of 134-152 ms CPU per step.
 
 inline int mod(int a, int p) { return ((a % p) + p) % p; }
 
@@ -99,29 +72,32 @@ Status check_op_and_buffers(const void* in, const void* out, int64_t count, int6
 
 void RingAllreduce::FreeDeleter::operator()(void* p) const { std::free(p); }
 
-RingAllreduce::RingAllreduce(MPI_Comm comm, RingAllreduceOptions options) : comm_(comm), options_(options) {
+RingAllreduce::RingAllreduce(transport::ContextPtr context, RingAllreduceOptions options)
+    : context_(std::move(context)), options_(options) {
+  init();
+}
+
+RingAllreduce::RingAllreduce(MPI_Comm comm, RingAllreduceOptions options) : options_(options) {
+  if (comm != MPI_COMM_NULL) context_ = std::make_shared<transport::MpiTransport>(comm);
+  init();
+}
+
+void RingAllreduce::init() {
   options_.segment_bytes = std::clamp<int64_t>(options_.segment_bytes, 1, RingAllreduceOptions::kMaxSegmentBytes);
   options_.pipeline_depth = std::max(1, options_.pipeline_depth);
-  if (comm_ == MPI_COMM_NULL) {
-    init_status_ = Status::InvalidArgument("RingAllreduce: communicator is MPI_COMM_NULL");
+  if (!context_) {
+    init_status_ = Status::InvalidArgument("RingAllreduce: no communicator (MPI_COMM_NULL or a null context)");
     return;
   }
-  int rc = MPI_Comm_rank(comm_, &rank_);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm_, &size_);
-  if (rc != MPI_SUCCESS) {
-    init_status_ = mpi_status(rc, "MPI_Comm_rank/MPI_Comm_size (RingAllreduce)");
-    return;
-  }
-  left_world_ = world_rank_of(comm_, mod(rank_ - 1, size_));
-  right_world_ = world_rank_of(comm_, mod(rank_ + 1, size_));
-  int* tag_ub = nullptr;
-  int flag = 0;
-  rc = MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &flag);
-  const int64_t max_tag = (rc == MPI_SUCCESS && flag && tag_ub) ? *tag_ub : 32767;
+  rank_ = context_->rank();
+  size_ = context_->size();
+  left_world_ = context_->world_rank(mod(rank_ - 1, size_));
+  right_world_ = context_->world_rank(mod(rank_ + 1, size_));
+  const int64_t max_tag = transport::kMaxTag;
   if (options_.tag_base < 0 || options_.tag_base + int64_t{RingAllreduceOptions::kTagSpan} - 1 > max_tag) {
     init_status_ = Status::InvalidArgument("RingAllreduce: tags [" + std::to_string(options_.tag_base) + ", " +
                                            std::to_string(options_.tag_base + RingAllreduceOptions::kTagSpan) +
-                                           ") exceed MPI_TAG_UB " + std::to_string(max_tag));
+                                           ") exceed the transport's largest tag " + std::to_string(max_tag));
   }
 }
 
@@ -175,8 +151,10 @@ Status RingAllreduce::plan(int64_t count, int64_t esize) {
   if (recv_segments_.size() > INT_MAX || send_segments_.size() > INT_MAX) {
     return Status::InvalidArgument("RingAllreduce: too many segments; raise segment_bytes");
   }
-  recv_requests_.assign(recv_segments_.size(), MPI_REQUEST_NULL);
-  send_requests_.assign(send_segments_.size(), MPI_REQUEST_NULL);
+  recv_requests_.clear();
+  send_requests_.clear();
+  recv_requests_.resize(recv_segments_.size());
+  send_requests_.resize(send_segments_.size());
   return Status::OK();
 }
 
@@ -217,8 +195,8 @@ Status RingAllreduce::run(const void* in, void* out, int64_t count, DataType dty
 Status RingAllreduce::post_send(const uint8_t* in, const uint8_t* out, int64_t i) {
   const Segment& s = send_segments_[i];
   const uint8_t* base = i < send_step_start_[1] ? in : out;
-  HVL_MPI_CHECK(
-      MPI_Isend(base + s.byte_offset, s.bytes, MPI_BYTE, mod(rank_ + 1, size_), tag_of(i), comm_, &send_requests_[i]));
+  HVL_RETURN_IF_ERROR(context_->isend(base + s.byte_offset, static_cast<size_t>(s.bytes), mod(rank_ + 1, size_),
+                                      tag_of(i), &send_requests_[i]));
   sends_posted_ = i + 1;
   return Status::OK();
 }
@@ -227,7 +205,8 @@ Status RingAllreduce::post_recv(uint8_t* out, int64_t k) {
   const Segment& r = recv_segments_[k];
   uint8_t* dst =
       r.guard < 0 ? scratch_.get() + (k % options_.pipeline_depth) * scratch_slot_bytes_ : out + r.byte_offset;
-  HVL_MPI_CHECK(MPI_Irecv(dst, r.bytes, MPI_BYTE, mod(rank_ - 1, size_), tag_of(k), comm_, &recv_requests_[k]));
+  HVL_RETURN_IF_ERROR(
+      context_->irecv(dst, static_cast<size_t>(r.bytes), mod(rank_ - 1, size_), tag_of(k), &recv_requests_[k]));
   return Status::OK();
 }
 
@@ -235,7 +214,6 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t depth = options_.pipeline_depth;
   const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
-  const int64_t nsend = static_cast<int64_t>(send_segments_.size());
   const int64_t last_scatter_begin = recv_step_start_[size_ - 2];
   sends_posted_ = 0;
   int64_t next_recv = 0;
@@ -248,8 +226,8 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
       const int64_t guard = recv_segments_[next_recv].guard;
       if (guard >= sends_posted_) break;
       if (guard >= 0) {
-        int done = 0;
-        HVL_MPI_CHECK(MPI_Test(&send_requests_[guard], &done, MPI_STATUS_IGNORE));
+        bool done = false;
+        HVL_RETURN_IF_ERROR(send_requests_[guard]->test(&done));
         if (!done) break;
       }
       HVL_RETURN_IF_ERROR(post_recv(out, next_recv));
@@ -269,14 +247,14 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
       if (guard >= sends_posted_) return Status::Internal("RingAllreduce: schedule error, guard send not posted");
       if (guard >= 0) {
         WaitingFor waiting(right_world_);
-        HVL_MPI_CHECK(ring_wait(&send_requests_[guard]));
+        HVL_RETURN_IF_ERROR(send_requests_[guard]->wait());
       }
       HVL_RETURN_IF_ERROR(post_recv(out, k));
       ++next_recv;
     }
     {
       WaitingFor waiting(left_world_);
-      HVL_MPI_CHECK(ring_wait(&recv_requests_[k]));
+      HVL_RETURN_IF_ERROR(recv_requests_[k]->wait());
     }
     const Segment& r = recv_segments_[k];
     if (r.guard < 0) {  // a reduce-scatter segment: out = in (op) received
@@ -290,7 +268,7 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, R
   }
   {
     WaitingFor waiting(right_world_);
-    HVL_MPI_CHECK(ring_waitall(static_cast<int>(nsend), send_requests_.data()));
+    HVL_RETURN_IF_ERROR(transport::wait_all(&send_requests_));
   }
   return Status::OK();
 }
@@ -379,14 +357,14 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
     }
   };
   auto slot_free = [&](int64_t i, bool* free) -> Status {
-    int done = 1;
-    if (i >= depth) HVL_MPI_CHECK(MPI_Test(&send_requests_[i - depth], &done, MPI_STATUS_IGNORE));
-    *free = done != 0;
+    bool done = true;
+    if (i >= depth) HVL_RETURN_IF_ERROR(send_requests_[i - depth]->test(&done));
+    *free = done;
     return Status::OK();
   };
   auto isend = [&](int64_t i) -> Status {
-    HVL_MPI_CHECK(
-        MPI_Isend(send_slot(i), send_segments_[i].bytes, MPI_BYTE, right, tag_of(i), comm_, &send_requests_[i]));
+    HVL_RETURN_IF_ERROR(context_->isend(send_slot(i), static_cast<size_t>(send_segments_[i].bytes), right, tag_of(i),
+                                        &send_requests_[i]));
     sends_posted_ = i + 1;
     return Status::OK();
   };
@@ -411,26 +389,24 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
   int64_t next_recv = 0;
   for (int64_t k = 0; k < nrecv; ++k) {
     for (; next_recv < std::min(nrecv, k + depth); ++next_recv) {
-      HVL_MPI_CHECK(MPI_Irecv(recv_slot(next_recv), recv_segments_[next_recv].bytes, MPI_BYTE, left, tag_of(next_recv),
-                              comm_, &recv_requests_[next_recv]));
+      HVL_RETURN_IF_ERROR(context_->irecv(recv_slot(next_recv), static_cast<size_t>(recv_segments_[next_recv].bytes),
+                                          left, tag_of(next_recv), &recv_requests_[next_recv]));
     }
     HVL_RETURN_IF_ERROR(pump_sends(k));
     // Wait for receive k, or for the send whose slot the next ready send needs.
     while (sends_posted_ < std::min(nsend, n0 + k)) {
-      MPI_Request both[2] = {recv_requests_[k], send_requests_[sends_posted_ - depth]};
-      int which = MPI_UNDEFINED;
+      transport::Request* both[2] = {recv_requests_[k].get(), send_requests_[sends_posted_ - depth].get()};
+      int which = -1;
       {
         WaitingFor waiting(left_world_);
-        HVL_MPI_CHECK(ring_waitany(2, both, &which));
+        HVL_RETURN_IF_ERROR(transport::wait_any(both, 2, &which));
       }
-      recv_requests_[k] = both[0];
-      send_requests_[sends_posted_ - depth] = both[1];
       if (which == 0) break;
       HVL_RETURN_IF_ERROR(pump_sends(k));
     }
     {
       WaitingFor waiting(left_world_);
-      HVL_MPI_CHECK(ring_wait(&recv_requests_[k]));  // returns at once if done above
+      HVL_RETURN_IF_ERROR(recv_requests_[k]->wait());  // returns at once if done above
     }
 
     const Segment& r = recv_segments_[k];
@@ -460,16 +436,14 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
     HVL_RETURN_IF_ERROR(pump_sends(nrecv));
     if (sends_posted_ < nsend) {
       WaitingFor waiting(right_world_);
-      HVL_MPI_CHECK(ring_wait(&send_requests_[sends_posted_ - depth]));
+      HVL_RETURN_IF_ERROR(send_requests_[sends_posted_ - depth]->wait());
     }
   }
   {
     WaitingFor waiting(right_world_);
-    HVL_MPI_CHECK(ring_waitall(static_cast<int>(nsend), send_requests_.data()));
+    HVL_RETURN_IF_ERROR(transport::wait_all(&send_requests_));
   }
   return Status::OK();
 }
-
-#undef HVL_RING_MPI_CALL
 
 }  // namespace horovodlite

@@ -1,6 +1,7 @@
-// A pipelined ring allreduce over MPI point-to-point messages, in the style of
-// Gloo's AllreduceRing: set up once for a communicator, then run() again and
-// again on host buffers.
+// A pipelined ring allreduce over the transport's point-to-point messages
+// (transport/transport.h: MPI, Gloo TCP, in-process), in the style of Gloo's
+// AllreduceRing: set up once for a context, then run() again and again on
+// host buffers.
 //
 // The buffer is cut into `size` chunks. A reduce-scatter (size - 1 steps: send
 // a chunk to the right neighbour, receive one from the left and reduce it into
@@ -29,12 +30,13 @@
 #include <vector>
 
 #include "horovodlite/common.h"
+#include "transport/transport.h"
 
 namespace horovodlite {
 
 struct RingAllreduceOptions {
   // Bytes per message (rounded down to whole elements, at least one element).
-  // Values above kMaxSegmentBytes are clamped, so no MPI count overflows an int.
+  // Values above kMaxSegmentBytes are clamped, so no message count overflows an int.
   int64_t segment_bytes = int64_t{256} << 10;
   // Received segments in flight (and scratch slots) per rank; at least 1.
   int pipeline_depth = 4;
@@ -47,8 +49,10 @@ struct RingAllreduceOptions {
 
 class RingAllreduce {
  public:
-  // Does not own `comm`. The communicator should carry only this algorithm's
-  // traffic while run() is in progress (dup one for the data path).
+  // Over the transport context `context`, which should carry only this
+  // algorithm's traffic while run() is in progress (dup one for the data path).
+  explicit RingAllreduce(transport::ContextPtr context, RingAllreduceOptions options = {});
+  // Over an MPI communicator (not owned; the same rule for its traffic).
   explicit RingAllreduce(MPI_Comm comm, RingAllreduceOptions options = {});
   ~RingAllreduce();
   RingAllreduce(const RingAllreduce&) = delete;
@@ -105,7 +109,7 @@ class RingAllreduce {
 
   // Appends the segments of chunk `chunk` to `out`.
   void append_segments(std::vector<Segment>* out, int chunk, int64_t count, int64_t esize, int64_t seg_elems) const;
-  // Builds the segment schedule; fails if it needs more segments than MPI can count.
+  // Builds the segment schedule; fails if it needs more segments than an int counts.
   Status plan(int64_t count, int64_t esize);
   Status ensure_scratch(int64_t slot_bytes, int slots);
   Status execute(const uint8_t* in, uint8_t* out, DataType dtype, ReduceOp op, double postscale);
@@ -117,11 +121,13 @@ class RingAllreduce {
     return options_.tag_base + static_cast<int>(index % RingAllreduceOptions::kTagSpan);
   }
 
-  MPI_Comm comm_;
+  void init();
+
+  transport::ContextPtr context_;
   RingAllreduceOptions options_;
   int rank_ = 0;
   int size_ = 1;
-  int left_world_ = -1;  // the neighbours' MPI_COMM_WORLD ranks, for the watchdog's message
+  int left_world_ = -1;  // the neighbours' world ranks, for the watchdog's message
   int right_world_ = -1;
   Status init_status_;
 
@@ -130,8 +136,8 @@ class RingAllreduce {
   std::vector<Segment> send_segments_;    // in the order they leave to the right
   std::vector<int64_t> send_step_start_;  // index of each step's first send segment, plus the end
   std::vector<int64_t> recv_step_start_;  // likewise for the receive segments
-  std::vector<MPI_Request> recv_requests_;
-  std::vector<MPI_Request> send_requests_;
+  std::vector<transport::RequestPtr> recv_requests_;
+  std::vector<transport::RequestPtr> send_requests_;
   int64_t sends_posted_ = 0;  // sends are posted in index order
   struct FreeDeleter {
     void operator()(void* p) const;

@@ -8,8 +8,9 @@ class HorovodInternalError(RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Raised by Horovod's elastic mode when hosts change. horovodlite has no
-    elastic mode; the type exists so that code catching it keeps importing."""
+    """Raised in an elastic job (state.commit() / check_host_updates()) when
+    hosts were added or removed: the world is re-formed. skip_sync: only hosts
+    were removed, the survivors' state needs no synchronization."""
 
     def __init__(self, skip_sync=False):
         super().__init__("hosts updated")

@@ -170,6 +170,13 @@ class _ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
+    def handle_error(self, request, client_address):
+        # A client that went away mid-request (a rank ended) is no error.
+        import sys
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
 
 class RendezvousServer:
     """The launcher's rendezvous KV store: an HTTP server in a daemon thread.

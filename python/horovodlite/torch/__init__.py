@@ -5,6 +5,7 @@ The names, signatures, defaults and semantics follow ``horovod.torch`` 0.28.
 
 from horovodlite.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from horovodlite.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
+from horovodlite.torch import elastic  # noqa: F401,E402
 from horovodlite.torch.basics import (  # noqa: F401
                                              Adasum,
                                              Average,

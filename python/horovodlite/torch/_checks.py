@@ -9,7 +9,7 @@ import torch
 
 from horovodlite.torch.basics import _OPS, Adasum, Average, Sum, size
 
-# Reduce ops accepted as they are (Adasum is refused by check_op).
+# Reduce ops accepted at once (Adasum goes through the rest of check_op).
 _PLAIN_OPS = frozenset(op for op in _OPS if op != Adasum)
 
 
@@ -84,6 +84,4 @@ def check_op(op, what):
         return op
     if isinstance(op, bool) or not isinstance(op, int) or op not in _OPS:
         raise ValueError("%s: op must be one of hvd.Average, Sum, Min, Max, Product (got %r)" % (what, op))
-    if op == Adasum:
-        raise NotImplementedError("%s: the Adasum reduction is not supported by horovodlite" % what)
     return op

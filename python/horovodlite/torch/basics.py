@@ -203,7 +203,8 @@ def gloo_enabled():
 
 
 def gloo_built():
-    return False
+    """True when the library was built with the Gloo TCP transport (libgloo-dev)."""
+    return bool(_C.gloo_built())
 
 
 def nccl_built():

@@ -422,8 +422,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     _ps_id(process_set, "DistributedOptimizer")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if op == Adasum:
-        raise NotImplementedError("DistributedOptimizer: the Adasum reduction is not supported by horovodlite")
+    if op == Adasum:  # the update, not the gradient, is combined (_adasum_optimizer.py)
+        from horovodlite.torch._adasum_optimizer import adasum_optimizer
+        return adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step, process_set)
     if op not in (Average, Sum):
         raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Sum")
     if num_groups != 0:

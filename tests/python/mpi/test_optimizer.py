@@ -284,5 +284,6 @@ def test_bad_arguments():
     with pytest.raises(ValueError):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Sum,
                                  gradient_predivide_factor=2.0)
-    with pytest.raises(NotImplementedError):
-        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
+    with pytest.raises(ValueError):  # Adasum: no predivide (test_adasum.py has the rest)
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum,
+                                 gradient_predivide_factor=2.0)

@@ -34,7 +34,13 @@ namespace torch {
 using Compression = ::horovodlite::Compression;
 
 struct DistributedOptimizerOptions {
-  ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
+  // kAverage or kSum: gradients are reduced before the step. kAdasum (Horovod's
+  // Adasum optimizer): the wrapped optimizer steps locally, the updates (new
+  // parameters less the old) are combined with the Adasum allreduce and applied
+  // to the parameters from before the local step; no learning-rate scaling by
+  // the number of ranks is implied (Horovod's Adasum guide). Global process set
+  // only, no gradient_predivide_factor; synchronize() does nothing.
+  ReduceOp op = ReduceOp::kAverage;
   Compression compression = Compression::kNone;
   // Allreduce once every N backward passes (gradients accumulate locally in between).
   int backward_passes_per_step = 1;
@@ -93,6 +99,7 @@ class DistributedOptimizer {
   void on_gradient_ready(size_t index);
   void start_allreduce(Param& param);
   void finish_allreduce(Param& param);
+  at::Tensor adasum_step(::torch::optim::Optimizer::LossClosure closure);
 
   std::shared_ptr<::torch::optim::Optimizer> optimizer_;
   DistributedOptimizerOptions options_;

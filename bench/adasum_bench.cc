@@ -1,0 +1,91 @@
+// Adasum against Sum: horovodlite allreduces of one float32 tensor (64 MiB by
+// default) with op Adasum and with op Sum, in alternating rounds so that both
+// see the same machine load; prints the median of each and the ratio
+// (the target in issue 28: Adasum >= 0.8x the speed of Sum at np 2 and 4).
+//
+//   source ci/env.sh; mpirun -np 2 build/bench/adasum_bench [--bytes N] [--rounds R]
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cxxopts.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "horovodlite/horovodlite.h"
+
+namespace hvl = horovodlite;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options opts("adasum_bench", "horovodlite Adasum allreduce vs Sum allreduce");
+  opts.add_options()("bytes", "tensor size in bytes (float32)",
+                     cxxopts::value<size_t>()->default_value(std::to_string(64u << 20)))(
+      "rounds", "timed rounds of each op", cxxopts::value<int>()->default_value("10"))("h,help", "help");
+  auto args = opts.parse(argc, argv);
+  if (args.count("help")) {
+    std::puts(opts.help().c_str());
+    return 0;
+  }
+  const int64_t n = static_cast<int64_t>(args["bytes"].as<size_t>() / sizeof(float));
+  const int rounds = std::max(1, args["rounds"].as<int>());
+  hvl::Status s = hvl::init();
+  if (!s.ok()) {
+    std::fprintf(stderr, "init failed: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  const int rank = hvl::rank(), size = hvl::size();
+  std::vector<float> input(static_cast<size_t>(n)), output(static_cast<size_t>(n));
+  std::mt19937 gen(rank + 1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& x : input) x = dist(gen);
+
+  // One op, out of place (the input stays the same from round to round); the
+  // slowest rank's time.
+  auto once = [&](hvl::ReduceOp op, const char* name) {
+    hvl::TensorView in{input.data(), hvl::DataType::kFloat32, {n}};
+    hvl::TensorView out{output.data(), hvl::DataType::kFloat32, {n}};
+    hvl::AllreduceOptions o;
+    o.op = op;
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    hvl::Status st = hvl::allreduce_async(name, in, out, o)->wait();
+    double t = now() - t0;
+    if (!st.ok()) {
+      std::fprintf(stderr, "allreduce failed: %s\n", st.to_string().c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return t;
+  };
+  once(hvl::ReduceOp::kSum, "bench.sum");  // warm-up: buffers, communicators, caches
+  once(hvl::ReduceOp::kAdasum, "bench.adasum");
+  std::vector<double> sum, adasum;
+  for (int r = 0; r < rounds; ++r) {
+    sum.push_back(once(hvl::ReduceOp::kSum, "bench.sum"));
+    adasum.push_back(once(hvl::ReduceOp::kAdasum, "bench.adasum"));
+  }
+  if (rank == 0) {
+    const double ts = median(sum), ta = median(adasum);
+    const double mib = static_cast<double>(n) * sizeof(float) / (1 << 20);
+    std::printf("# adasum_bench: np=%d, %.1f MiB float32, %d rounds each (alternating), median of the slowest rank\n",
+                size, mib, rounds);
+    std::printf("sum    %9.2f ms  (min %.2f)\n", ts * 1e3, *std::min_element(sum.begin(), sum.end()) * 1e3);
+    std::printf("adasum %9.2f ms  (min %.2f)\n", ta * 1e3, *std::min_element(adasum.begin(), adasum.end()) * 1e3);
+    std::printf("adasum speed / sum speed = %.2f\n", ts / ta);
+  }
+  hvl::shutdown();
+  return 0;
+}

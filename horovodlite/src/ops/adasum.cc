@@ -1,0 +1,516 @@
+// Adasum; see adasum.h for the algorithm and why it cannot lose precision.
+//
+// Messages. Every exchange is between a rank and one partner (r ^ d) on the
+// algorithm's own communicator, and both sides post their receives before
+// their sends and then wait for everything, so no exchange can wait on a third
+// rank. Three tags keep the phases apart: a rank that is done with one phase
+// may already send the next phase's messages to a peer still in the previous
+// one; within a tag, MPI's non-overtaking rule matches the segments in order.
+#include "ops/adasum.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <type_traits>
+
+#include "kernels/half.h"
+#include "kernels/reduce.h"
+#include "op_util.h"
+#include "ops/fusion.h"
+
+namespace horovodlite {
+
+namespace {
+
+constexpr int kTagData = 1;     // reduce-scatter: the partner's half
+constexpr int kTagScalars = 2;  // the group's dot products and norms
+constexpr int kTagGather = 3;   // allgather: the pieces of the result
+
+// The scalars (dot products, squared norms, coefficients) are long double: on
+// x86-64 and AArch64 its exponent reaches 2^16383, so the squares of float64's
+// extremes stay normal. Float64 elements are accumulated in it too; narrower
+// dtypes in double, which holds their squares exactly enough and is faster.
+using Scalar = long double;
+using Wide64 = std::conditional_t<(LDBL_MAX_EXP >= 4 * DBL_MAX_EXP), long double, double>;
+
+// ---- element access per dtype: widen to the accumulator, round back once ----
+
+struct F32 {
+  using T = float;
+  using Acc = double;
+  static Acc load(T x) { return x; }
+  static T store(Acc v) { return static_cast<T>(v); }
+};
+struct F64 {
+  using T = double;
+  using Acc = Wide64;
+  static Acc load(T x) { return x; }
+  static T store(Acc v) { return static_cast<T>(v); }
+};
+struct F16 {
+  using T = uint16_t;
+  using Acc = double;
+  static Acc load(T x) { return kernels::detail::half_to_float_scalar(x); }
+  static T store(Acc v) { return kernels::detail::double_to_half_scalar(v); }
+};
+struct BF16 {
+  using T = uint16_t;
+  using Acc = double;
+  static Acc load(T x) { return kernels::detail::bfloat16_to_float_scalar(x); }
+  // double -> float rounding to odd, then float -> bfloat16 to nearest even:
+  // the same as one rounding of the double (no double-rounding error).
+  static T store(Acc v) {
+    float f = static_cast<float>(v);
+    if (std::isfinite(f) && static_cast<double>(f) != v) {
+      uint32_t u = kernels::detail::float_bits(f);
+      if (std::fabs(static_cast<double>(f)) > std::fabs(v)) u -= 1;  // back toward zero
+      f = kernels::detail::bits_float(u | 1u);
+    }
+    return kernels::detail::float_to_bfloat16_scalar(f);
+  }
+};
+
+// out += (x.y, x.x, y.y) over n elements; four independent accumulators per
+// quantity, so the additions do not wait on one another.
+template <typename E>
+void dots_generic(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[3]) {
+  using Acc = typename E::Acc;
+  Acc d[4] = {}, xx[4] = {}, yy[4] = {};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int k = 0; k < 4; ++k) {
+      const Acc a = E::load(x[i + k]), b = E::load(y[i + k]);
+      d[k] += a * b;
+      xx[k] += a * a;
+      yy[k] += b * b;
+    }
+  }
+  for (; i < n; ++i) {
+    const Acc a = E::load(x[i]), b = E::load(y[i]);
+    d[0] += a * b;
+    xx[0] += a * a;
+    yy[0] += b * b;
+  }
+  out[0] += static_cast<Scalar>((d[0] + d[1]) + (d[2] + d[3]));
+  out[1] += static_cast<Scalar>((xx[0] + xx[1]) + (xx[2] + xx[3]));
+  out[2] += static_cast<Scalar>((yy[0] + yy[1]) + (yy[2] + yy[3]));
+}
+
+// out[i] = cx * x[i] + cy * y[i], computed in the accumulator's width (out may be x).
+template <typename E>
+void combine_generic(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx,
+                     Scalar cy) {
+  using Acc = typename E::Acc;
+  const Acc ax = static_cast<Acc>(cx), ay = static_cast<Acc>(cy);
+  for (int64_t i = 0; i < n; ++i) out[i] = E::store(ax * E::load(x[i]) + ay * E::load(y[i]));
+}
+
+// The kernels per dtype (float32 has an AVX2 form below).
+template <typename E>
+void dots(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[3]) {
+  dots_generic<E>(x, y, n, out);
+}
+template <typename E>
+void combine(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx, Scalar cy) {
+  combine_generic<E>(out, x, y, n, cx, cy);
+}
+
+// ---- AVX2/FMA for float32 (the common case): four doubles per instruction ----
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HVL_ADASUM_AVX2 1
+
+__attribute__((target("avx2,fma"))) double hsum(__m256d v) {
+  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+__attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const float* y, int64_t n, Scalar out[3]) {
+  __m256d d0 = _mm256_setzero_pd(), d1 = d0, xx0 = d0, xx1 = d0, yy0 = d0, yy1 = d0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(y + i);
+    const __m256d a0 = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), a1 = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+    const __m256d b0 = _mm256_cvtps_pd(_mm256_castps256_ps128(b)), b1 = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
+    d0 = _mm256_fmadd_pd(a0, b0, d0);
+    d1 = _mm256_fmadd_pd(a1, b1, d1);
+    xx0 = _mm256_fmadd_pd(a0, a0, xx0);
+    xx1 = _mm256_fmadd_pd(a1, a1, xx1);
+    yy0 = _mm256_fmadd_pd(b0, b0, yy0);
+    yy1 = _mm256_fmadd_pd(b1, b1, yy1);
+  }
+  double d = hsum(_mm256_add_pd(d0, d1)), xx = hsum(_mm256_add_pd(xx0, xx1)), yy = hsum(_mm256_add_pd(yy0, yy1));
+  for (; i < n; ++i) {
+    const double a = x[i], b = y[i];
+    d += a * b;
+    xx += a * a;
+    yy += b * b;
+  }
+  out[0] += d;
+  out[1] += xx;
+  out[2] += yy;
+}
+
+__attribute__((target("avx2,fma"))) void combine_f32_avx2(float* out, const float* x, const float* y, int64_t n,
+                                                          double cx, double cy) {
+  const __m256d vx = _mm256_set1_pd(cx), vy = _mm256_set1_pd(cy);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(y + i));
+    _mm_storeu_ps(out + i, _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a, _mm256_mul_pd(vy, b))));
+  }
+  for (; i < n; ++i) out[i] = static_cast<float>(cx * x[i] + cy * y[i]);
+}
+
+bool use_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+template <>
+void dots<F32>(const float* x, const float* y, int64_t n, Scalar out[3]) {
+  if (use_avx2()) return dots_f32_avx2(x, y, n, out);
+  dots_generic<F32>(x, y, n, out);
+}
+
+template <>
+void combine<F32>(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy) {
+  if (use_avx2()) return combine_f32_avx2(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
+  combine_generic<F32>(out, x, y, n, cx, cy);
+}
+#endif
+
+template <typename F>
+void dispatch(DataType dtype, F f) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      f(F32{});
+      break;
+    case DataType::kFloat64:
+      f(F64{});
+      break;
+    case DataType::kFloat16:
+      f(F16{});
+      break;
+    default:  // kBFloat16 (run() checks the dtype first)
+      f(BF16{});
+      break;
+  }
+}
+
+// A zero vector's coefficient is 1 (its term vanishes; no 0/0).
+Scalar coefficient(Scalar dot, Scalar norm_sq) { return norm_sq > 0 ? 1 - dot / (2 * norm_sq) : Scalar(1); }
+
+// MPI_Test until done without a busy spin: polls for up to kSpin (a segment in
+// flight), then sleeps in growing steps (ranks may share cores).
+constexpr auto kSpin = std::chrono::microseconds(200);
+constexpr int kMaxSleepUs = 100;
+
+Status wait(MPI_Request* r, const char* what) {
+  const auto start = std::chrono::steady_clock::now();
+  int sleep_us = 2;
+  while (true) {
+    int done = 0;
+    HVL_MPI_CHECK_AS(MPI_Test(r, &done, MPI_STATUS_IGNORE), what);
+    if (done) return Status::OK();
+    if (std::chrono::steady_clock::now() - start < kSpin) continue;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, kMaxSleepUs);
+  }
+}
+
+// Sends send_bytes from `send` to `peer` and receives recv_bytes from it into
+// `recv`, both split into messages of at most `segment` bytes (a multiple of
+// the element size); on_recv(offset, bytes) runs for each received piece in
+// order while the later ones are still in flight.
+template <typename OnRecv>
+Status exchange(MPI_Comm comm, int peer, int tag, const char* send, int64_t send_bytes, char* recv, int64_t recv_bytes,
+                int64_t segment, OnRecv on_recv) {
+  std::vector<MPI_Request> recvs, sends;
+  for (int64_t off = 0; off < recv_bytes; off += segment) {
+    recvs.emplace_back();
+    HVL_MPI_CHECK(MPI_Irecv(recv + off, static_cast<int>(std::min(segment, recv_bytes - off)), MPI_BYTE, peer, tag,
+                            comm, &recvs.back()));
+  }
+  for (int64_t off = 0; off < send_bytes; off += segment) {
+    sends.emplace_back();
+    HVL_MPI_CHECK(MPI_Isend(send + off, static_cast<int>(std::min(segment, send_bytes - off)), MPI_BYTE, peer, tag,
+                            comm, &sends.back()));
+  }
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    HVL_RETURN_IF_ERROR(wait(&recvs[i], "MPI_Irecv (Adasum)"));
+    const int64_t off = static_cast<int64_t>(i) * segment;
+    on_recv(off, std::min(segment, recv_bytes - off));
+  }
+  for (MPI_Request& s : sends) HVL_RETURN_IF_ERROR(wait(&s, "MPI_Isend (Adasum)"));
+  return Status::OK();
+}
+
+// [begin, end) of the tensors that overlap the element range [lo, hi), given
+// the tensors' start offsets (offsets[i], with offsets.back() the total).
+std::pair<size_t, size_t> tensors_in(const std::vector<int64_t>& offsets, int64_t lo, int64_t hi) {
+  const size_t first = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), lo) - offsets.begin()) - 1;
+  size_t last = first;
+  while (last + 1 < offsets.size() && offsets[last] < hi) ++last;
+  return {first, last};
+}
+
+}  // namespace
+
+bool adasum_dtype(DataType dtype) {
+  return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 || dtype == DataType::kFloat32 ||
+         dtype == DataType::kFloat64;
+}
+
+Adasum::Adasum(MPI_Comm comm) : comm_(comm) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype) {
+  if (!adasum_dtype(dtype)) {
+    return Status::InvalidArgument(std::string("Adasum reduces float16, bfloat16, float32 and float64 only, not ") +
+                                   dtype_name(dtype));
+  }
+  if (!is_power_of_two(size_)) {
+    return Status::InvalidArgument("Adasum needs a power-of-two number of ranks, not " + std::to_string(size_));
+  }
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t all = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+  if (size_ == 1 || all == 0) {
+    if (in != out && all > 0) std::memcpy(out, in, static_cast<size_t>(all * elem));
+    return Status::OK();
+  }
+  const int64_t segment = std::max<int64_t>(kSegmentBytes / elem, 1) * elem;
+  // offsets[i]: where tensor i starts; offsets.back(): the total.
+  std::vector<int64_t> offsets(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
+  const int64_t total = offsets.back();
+  const size_t ntensors = counts.size();
+  char* data = static_cast<char*>(out);
+  // The first level reads the input (so that an out-of-place run copies
+  // nothing); later levels read what the previous one wrote into `out`.
+  const char* src = static_cast<const char*>(in);
+  scratch_.resize(static_cast<size_t>((total - total / 2) * elem));
+  std::vector<Scalar> sums(3 * ntensors), received(3 * ntensors);
+
+  // ---- reduce-scatter: vector halving, distance doubling ----
+  std::vector<std::pair<int64_t, int64_t>> parents;  // the range held before each level
+  int64_t lo = 0, hi = total;
+  for (int d = 1; d < size_; d <<= 1) {
+    const int partner = rank_ ^ d;
+    const bool upper = (rank_ & d) != 0;  // this rank holds b (the other half-group's vector is a)
+    const int64_t mid = lo + (hi - lo) / 2;
+    const int64_t keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
+    const int64_t send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
+    parents.emplace_back(lo, hi);
+    std::fill(sums.begin(), sums.end(), Scalar(0));
+
+    // Partial (a.b, |a|^2, |b|^2) per tensor over the kept range, piece by piece
+    // as the partner's values arrive.
+    auto on_recv = [&](int64_t byte_off, int64_t bytes) {
+      const int64_t plo = keep_lo + byte_off / elem, phi = plo + bytes / elem;
+      const auto [first, last] = tensors_in(offsets, plo, phi);
+      for (size_t t = first; t < last; ++t) {
+        const int64_t a = std::max(plo, offsets[t]), b = std::min(phi, offsets[t + 1]);
+        if (a >= b) continue;
+        Scalar out[3] = {0, 0, 0};
+        const char* mine = src + a * elem;
+        const char* theirs = scratch_.data() + (a - keep_lo) * elem;
+        dispatch(dtype, [&](auto e) {
+          using E = decltype(e);
+          using T = typename E::T;
+          dots<E>(reinterpret_cast<const T*>(mine), reinterpret_cast<const T*>(theirs), b - a, out);
+        });
+        sums[3 * t] += out[0];
+        sums[3 * t + 1] += upper ? out[2] : out[1];  // |a|^2
+        sums[3 * t + 2] += upper ? out[1] : out[2];  // |b|^2
+      }
+    };
+    HVL_RETURN_IF_ERROR(exchange(comm_, partner, kTagData, src + send_lo * elem, (send_hi - send_lo) * elem,
+                                 scratch_.data(), (keep_hi - keep_lo) * elem, segment, on_recv));
+
+    // The 2d ranks that share a and b: recursive doubling over ranks r ^ k,
+    // k = 1, 2, ..., d. Both partners add the same two values (addition is
+    // commutative), so every rank of the group ends with the same sums.
+    for (int k = 1; k <= d; k <<= 1) {
+      const int64_t bytes = static_cast<int64_t>(sums.size() * sizeof(Scalar));
+      HVL_RETURN_IF_ERROR(exchange(comm_, rank_ ^ k, kTagScalars, reinterpret_cast<const char*>(sums.data()), bytes,
+                                   reinterpret_cast<char*>(received.data()), bytes, bytes, [](int64_t, int64_t) {}));
+      for (size_t i = 0; i < sums.size(); ++i) sums[i] += received[i];
+    }
+
+    // Combine the kept piece of each tensor.
+    const auto [first, last] = tensors_in(offsets, keep_lo, keep_hi);
+    for (size_t t = first; t < last; ++t) {
+      const int64_t a = std::max(keep_lo, offsets[t]), b = std::min(keep_hi, offsets[t + 1]);
+      if (a >= b) continue;
+      const Scalar ca = coefficient(sums[3 * t], sums[3 * t + 1]);
+      const Scalar cb = coefficient(sums[3 * t], sums[3 * t + 2]);
+      const char* mine = src + a * elem;
+      const char* theirs = scratch_.data() + (a - keep_lo) * elem;
+      dispatch(dtype, [&](auto e) {
+        using E = decltype(e);
+        using T = typename E::T;
+        combine<E>(reinterpret_cast<T*>(data + a * elem), reinterpret_cast<const T*>(mine),
+                   reinterpret_cast<const T*>(theirs), b - a, upper ? cb : ca, upper ? ca : cb);
+      });
+    }
+    src = data;
+    lo = keep_lo;
+    hi = keep_hi;
+  }
+
+  // ---- allgather: the levels walked back, distance halving ----
+  for (int level = static_cast<int>(parents.size()) - 1; level >= 0; --level) {
+    const int partner = rank_ ^ (1 << level);
+    const auto [plo, phi] = parents[static_cast<size_t>(level)];
+    // The partner holds the other half of the parent range.
+    const int64_t olo = lo == plo ? hi : plo, ohi = lo == plo ? phi : lo;
+    HVL_RETURN_IF_ERROR(exchange(comm_, partner, kTagGather, data + lo * elem, (hi - lo) * elem, data + olo * elem,
+                                 (ohi - olo) * elem, segment, [](int64_t, int64_t) {}));
+    lo = plo;
+    hi = phi;
+  }
+  return Status::OK();
+}
+
+// ---- the algorithm behind the registry ----
+
+namespace {
+
+bool compressed(const Response& r) {
+  return r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
+}
+
+std::string names_of(const Response& r) {
+  std::string s;
+  for (size_t i = 0; i < r.names.size() && i < 4; ++i) s += (i ? ", '" : "'") + r.names[i] + "'";
+  if (r.names.size() > 4) s += " and " + std::to_string(r.names.size() - 4) + " more";
+  return s;
+}
+
+// src (float32/float64) * factor -> fp16, and back with the postscale applied
+// in fp16 precision (as the other host allreduces' fp16 path).
+void to_half(uint16_t* dst, const void* src, int64_t n, DataType dtype, double factor, std::vector<char>* tmp) {
+  if (factor != 1.0) {
+    tmp->resize(static_cast<size_t>(n) * dtype_size(dtype));
+    kernels::scale_copy(tmp->data(), src, n, dtype, factor);
+    src = tmp->data();
+  }
+  if (dtype == DataType::kFloat32)
+    kernels::float_to_half_n(dst, static_cast<const float*>(src), n);
+  else
+    kernels::double_to_half_n(dst, static_cast<const double*>(src), n);
+}
+
+void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double factor) {
+  if (dtype == DataType::kFloat32)
+    kernels::half_to_float_n(static_cast<float*>(dst), src, n);
+  else
+    kernels::half_to_double_n(static_cast<double*>(dst), src, n);
+  kernels::scale_as_half(dst, n, dtype, factor);
+}
+
+}  // namespace
+
+AdasumAllreduce::AdasumAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion)
+    : mpi_(mpi), fusion_(std::move(fusion)) {
+  // Collective: every rank builds the same registry. A failed duplicate on any
+  // rank makes every Adasum response fail on every rank (with this reason).
+  Status dup = mpi_status(MPI_Comm_dup(mpi.comm(), &comm_), "MPI_Comm_dup (Adasum)");
+  init_status_ = agree_across_ranks(mpi.comm(), dup, "Adasum set-up", "making its communicator failed there");
+  if (init_status_.ok()) adasum_ = std::make_unique<Adasum>(comm_);
+}
+
+AdasumAllreduce::~AdasumAllreduce() {
+  adasum_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+bool AdasumAllreduce::enabled(const Response& r) const { return r.reduce_op == ReduceOp::kAdasum; }
+
+OpResult AdasumAllreduce::run(const OpArgs& args) { return OpResult{allreduce(args), name()}; }
+
+Status AdasumAllreduce::allreduce(const OpArgs& args) {
+  const Response& r = args.response;
+  const std::vector<TensorEntry*>& entries = args.entries;
+  HVL_RETURN_IF_ERROR(init_status_);
+  if (!adasum_dtype(r.dtype)) {
+    return Status::InvalidArgument("Adasum reduces float16, bfloat16, float32 and float64 tensors only; " +
+                                   names_of(r) + " is " + dtype_name(r.dtype));
+  }
+  if (!is_power_of_two(mpi_.size())) {
+    return Status::InvalidArgument("Adasum needs a power-of-two number of ranks; " + names_of(r) + " is reduced over " +
+                                   std::to_string(mpi_.size()));
+  }
+  const double pre = r.prescale, post = r.postscale;
+
+  if (r.tensor_sizes.size() == 1 && !compressed(r) && !entries.empty() && entries[0] != nullptr) {
+    // One tensor: in its output buffer, no copy through the fusion buffer.
+    TensorEntry* e = entries[0];
+    const int64_t n = r.tensor_sizes[0];
+    const void* in = e->input.data;
+    if (pre != 1.0) {
+      kernels::scale_copy(e->output.data, in, n, r.dtype, pre);
+      in = e->output.data;
+    }
+    {
+      ObservedPhase phase(args.observer, r, name());
+      HVL_RETURN_IF_ERROR(adasum_->run(in, e->output.data, r.tensor_sizes, r.dtype));
+    }
+    kernels::scale(e->output.data, n, r.dtype, post);
+    e->handle->set_output(e->output);
+    return Status::OK();
+  }
+
+  // Fused tensors (or fp16 compression, or a rank that joined): through the
+  // fusion buffer, each tensor combined with its own dot products.
+  const bool fp16 = compressed(r);
+  const DataType wire = fp16 ? DataType::kFloat16 : r.dtype;
+  const size_t welem = dtype_size(wire);
+  const FusionLayout layout(r);
+  const int64_t total = layout.elements();
+  void* buf = fusion_->get(std::max<size_t>(static_cast<size_t>(total) * welem, 1));
+  if (buf == nullptr) {
+    return Status::Internal("out of memory allocating a fusion buffer of " + std::to_string(total * welem) +
+                            " bytes (Adasum)");
+  }
+  {
+    ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");
+    std::vector<std::pair<void*, int64_t>> zeros;
+    std::vector<char> tmp;
+    for (const CopyTask& t : layout.pack(entries, buf, welem, &zeros)) {
+      if (fp16)
+        to_half(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, pre, &tmp);
+      else
+        kernels::scale_copy(t.dst, t.src, t.count, r.dtype, pre);
+    }
+    for (const auto& z : zeros) std::memset(z.first, 0, static_cast<size_t>(z.second));
+  }
+  {
+    ObservedPhase phase(args.observer, r, name());
+    HVL_RETURN_IF_ERROR(adasum_->run(buf, buf, r.tensor_sizes, wire));
+  }
+  ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
+  for (const CopyTask& t : layout.unpack(entries, buf, welem)) {
+    if (fp16)
+      from_half(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
+    else
+      kernels::scale_copy(t.dst, t.src, t.count, r.dtype, post);
+  }
+  publish_outputs(entries);
+  return Status::OK();
+}
+
+}  // namespace horovodlite

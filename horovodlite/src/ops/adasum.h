@@ -1,0 +1,105 @@
+// Adasum: adaptive summation of the ranks' vectors (Maleki et al., "Scaling
+// Distributed Training with Adaptive Summation", MLSys 2021; Horovod's
+// ReduceOp Adasum). Two vectors a and b combine into
+//
+//     a' = (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b
+//
+// (orthogonal vectors add, parallel ones average), and p = 2^k ranks combine
+// recursively in pairs: rank r with r ^ 1, those results with the pair at
+// distance 2, and so on.
+//
+// Vector halving, distance doubling (as Horovod's AdasumMPI). At level d = 1,
+// 2, ..., p/2 rank r and its partner r ^ d hold the same range of the vector;
+// each keeps one half (the lower-numbered rank the lower half) and sends the
+// other half to the partner, receiving the partner's values of the half it
+// keeps. Rank r then holds a piece of a (the combination so far of the
+// half-group of ranks without bit d) and the same piece of b (the other
+// half-group's). The 2d ranks that share a and b (r / 2d equal) hold disjoint
+// pieces that cover the vector, so a.b, |a|^2 and |b|^2 are the sums of their
+// partial sums: an allreduce of three scalars per tensor among those 2d ranks
+// (recursive doubling, the same result bit for bit on each of them). Each rank
+// then combines its piece. After log2(p) levels every rank holds 1/p of the
+// result; the levels are walked back (distance halving) exchanging pieces
+// until every rank holds the whole vector, the same on every rank.
+//
+// Per tensor: a fused buffer holds several tensors back to back, and each
+// tensor is combined with its own dot products (as Horovod does), so fusion
+// changes nothing in the result.
+//
+// Numerics: the partial dot products and squared norms are accumulated in
+// double for float16, bfloat16 and float32, and in long double (x87 80-bit on
+// x86-64, binary128 on AArch64: exponent range 2^+-16383) for float64, so that
+// inputs from the dtype's smallest normal number up to the square root of its
+// largest neither flush to zero nor overflow; the combination is computed in
+// the same width and rounded once to the dtype. Where long double is no wider
+// than double, float64 uses double (the range is then double's: documented in
+// docs/adasum.md). A zero vector has coefficient 1 (it is neutral: Adasum(0, b)
+// = b), which is also what a rank that joined contributes.
+//
+// Only a power-of-two number of ranks is supported: api.cc refuses other sizes
+// with an error naming the tensor and the number of ranks, before anything
+// reaches other ranks (run() checks again).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "horovodlite/common.h"
+#include "mpi_context.h"
+#include "ops/algorithm.h"
+#include "ops/fusion.h"
+
+namespace horovodlite {
+
+// Whether Adasum reduces this dtype (float16, bfloat16, float32, float64).
+bool adasum_dtype(DataType dtype);
+inline bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// The buffer-level algorithm on a communicator it borrows (the caller keeps it
+// alive and uses it for nothing else while run() is in progress).
+class Adasum {
+ public:
+  explicit Adasum(MPI_Comm comm);
+  // `in` holds counts.size() tensors back to back, counts[i] elements each, of
+  // `dtype`; `out` (== in: in place; else not overlapping it, and `in` is only
+  // read) receives the Adasum of every rank's buffer, the same on every rank.
+  // Every rank passes the same counts and dtype.
+  Status run(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype);
+
+  // Bytes per point-to-point message (the exchange is split so that the dot
+  // products of one piece are computed while the next is in flight).
+  static constexpr int64_t kSegmentBytes = 256 << 10;
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<char> scratch_;  // the partner's half at each level
+};
+
+// Adasum as the allreduce algorithm for responses whose op is Adasum: packs
+// fused tensors (with the prescale, or into fp16 with compression), runs
+// Adasum on the buffer with the tensors' boundaries, unpacks with the
+// postscale. Enabled for every Adasum response (on any number of ranks: run()
+// fails with a clear error where the size is not a power of two).
+class AdasumAllreduce : public Algorithm {
+ public:
+  // Collective over mpi.comm(): duplicates it for its own traffic.
+  AdasumAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion);
+  ~AdasumAllreduce() override;
+  const char* name() const override { return "ADASUM_ALLREDUCE"; }
+  bool enabled(const Response& response) const override;
+  OpResult run(const OpArgs& args) override;
+
+ private:
+  Status allreduce(const OpArgs& args);
+
+  const MpiContext& mpi_;
+  std::shared_ptr<FusionBuffer> fusion_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  Status init_status_;
+  std::unique_ptr<Adasum> adasum_;
+};
+
+}  // namespace horovodlite

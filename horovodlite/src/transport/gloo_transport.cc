@@ -1,0 +1,284 @@
+#include "transport/gloo_transport.h"
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/unbound_buffer.h>
+#include <unistd.h>
+
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "transport/http_store.h"
+
+namespace horovodlite {
+namespace transport {
+
+namespace {
+
+using TcpBuffer = gloo::transport::tcp::UnboundBuffer;
+
+// Gloo's unbound buffers can only be waited for: a wait that times out closes
+// every pair of the context. To test one without blocking, this reads the
+// buffer's completion count (and pending error) under its own lock, through
+// pointers to the protected members (a derived class may form them; the
+// buffer object itself is Gloo's). Then waitRecv/waitSend returns at once.
+struct Peek : TcpBuffer {
+  static bool ready(TcpBuffer* b, bool send) {
+    std::mutex TcpBuffer::*m = &Peek::m_;
+    int TcpBuffer::*count = send ? &Peek::sendCompletions_ : &Peek::recvCompletions_;
+    std::exception_ptr TcpBuffer::*ex = &Peek::ex_;
+    std::lock_guard<std::mutex> lock(b->*m);
+    return (b->*count) > 0 || (b->*ex) != nullptr;
+  }
+};
+
+std::string what_of(const std::exception& e) { return e.what(); }
+
+class GlooRequest : public Request {
+ public:
+  GlooRequest(std::unique_ptr<gloo::transport::UnboundBuffer> buf, int peer, int tag, bool send, int world_peer)
+      : buf_(std::move(buf)), peer_(peer), tag_(tag), send_(send), world_peer_(world_peer) {}
+  ~GlooRequest() override {
+    if (done_ || !buf_) return;
+    try {  // the pair may still read or write the memory: wait (Gloo's own timeout)
+      if (send_) {
+        buf_->waitSend();
+      } else {
+        buf_->waitRecv();
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  Status test(bool* done) override {
+    *done = done_;
+    if (done_) return Status::OK();
+    if (!Peek::ready(static_cast<TcpBuffer*>(buf_.get()), send_)) return Status::OK();
+    try {
+      const bool ok = send_ ? buf_->waitSend() : buf_->waitRecv();
+      if (!ok) return Status::Aborted("transport (gloo): " + describe() + " was aborted");
+    } catch (const std::exception& e) {
+      done_ = true;  // the pair is closed: nothing touches the buffer any more
+      return Status::Aborted("transport (gloo): " + describe() + " failed: " + what_of(e));
+    }
+    done_ = true;
+    *done = true;
+    return Status::OK();
+  }
+  int peer() const override { return peer_; }
+  int tag() const override { return tag_; }
+  bool is_send() const override { return send_; }
+
+ private:
+  std::string describe() const {
+    return std::string(send_ ? "send to" : "receive from") + " rank " + std::to_string(world_peer_) + " (tag " +
+           std::to_string(tag_) + ")";
+  }
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
+  int peer_, tag_;
+  bool send_;
+  int world_peer_;
+  bool done_ = false;
+};
+
+// What every context split from one Gloo world shares.
+struct GlooShared {
+  std::shared_ptr<gloo::rendezvous::Store> store;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::chrono::milliseconds timeout;
+};
+
+class GlooTransport : public Context {
+ public:
+  GlooTransport(std::shared_ptr<GlooShared> shared, std::shared_ptr<gloo::Context> gctx, std::string prefix,
+                uint64_t channel, Topology topology, std::vector<int> world_ranks)
+      : Context(gctx->rank, gctx->size, std::move(topology), std::move(world_ranks)),
+        shared_(std::move(shared)),
+        gctx_(std::move(gctx)),
+        prefix_(std::move(prefix)),
+        channel_(channel) {}
+
+  const char* kind() const override { return "gloo"; }
+
+  Status isend(const void* buf, size_t bytes, int peer, int tag, RequestPtr* request) override {
+    return post(true, const_cast<void*>(buf), bytes, peer, tag, request);
+  }
+  Status irecv(void* buf, size_t bytes, int peer, int tag, RequestPtr* request) override {
+    return post(false, buf, bytes, peer, tag, request);
+  }
+
+  Status split(const std::vector<int>& ranks, const std::string& name, std::shared_ptr<Context>* out) override {
+    int me = -1;
+    bool identity = static_cast<int>(ranks.size()) == size_;
+    std::string key = name + "/";
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] < 0 || ranks[i] >= size_) {
+        return Status::InvalidArgument("transport: split over rank " + std::to_string(ranks[i]));
+      }
+      if (ranks[i] == rank_) me = static_cast<int>(i);
+      identity = identity && ranks[i] == static_cast<int>(i);
+      key += std::to_string(ranks[i]) + ",";
+    }
+    if (me < 0) return Status::InvalidArgument("transport: split '" + name + "' without this rank");
+    const int use = uses_[key]++;
+    key += "#" + std::to_string(use);
+    std::vector<int> world_ranks;
+    for (int r : ranks) world_ranks.push_back(world_rank(r));
+    if (identity) {
+      // The same ranks: the same connections, a channel of its own.
+      const uint64_t channel = (std::hash<std::string>{}(prefix_ + "|" + key) & 0xFFFFFFFFFFFFull) | 1;
+      *out = std::make_shared<GlooTransport>(shared_, gctx_, prefix_ + "/" + key, channel, topology_, world_ranks);
+      return Status::OK();
+    }
+    try {
+      auto sub = std::make_shared<gloo::rendezvous::Context>(me, static_cast<int>(ranks.size()));
+      sub->setTimeout(shared_->timeout);
+      gloo::rendezvous::PrefixStore store(prefix_ + "/" + key, *shared_->store);
+      sub->connectFullMesh(store, shared_->device);
+      *out = std::make_shared<GlooTransport>(shared_, sub, prefix_ + "/" + key, 0, sub_topology(topology_, ranks),
+                                             world_ranks);
+    } catch (const std::exception& e) {
+      return Status::Aborted("transport (gloo): connecting '" + name + "' failed: " + what_of(e));
+    }
+    return Status::OK();
+  }
+
+ private:
+  Status post(bool send, void* buf, size_t bytes, int peer, int tag, RequestPtr* request) {
+    if (peer < 0 || peer >= size_) {
+      return Status::InvalidArgument("transport: peer " + std::to_string(peer) + " outside [0, " +
+                                     std::to_string(size_) + ")");
+    }
+    if (tag < 0 || tag > kMaxTag) return Status::InvalidArgument("transport: tag " + std::to_string(tag));
+    const uint64_t slot = (channel_ << 16) | static_cast<uint64_t>(tag);
+    try {
+      // Gloo wants a valid pointer even for an empty message.
+      auto ub = gctx_->createUnboundBuffer(bytes ? buf : static_cast<void*>(&empty_), bytes);
+      if (send) {
+        ub->send(peer, slot, 0, bytes);
+      } else {
+        ub->recv(peer, slot, 0, bytes);
+      }
+      *request = std::make_unique<GlooRequest>(std::move(ub), peer, tag, send, world_rank(peer));
+    } catch (const std::exception& e) {
+      return Status::Aborted(std::string("transport (gloo): ") + (send ? "send to" : "receive from") + " rank " +
+                             std::to_string(world_rank(peer)) + " failed: " + what_of(e));
+    }
+    return Status::OK();
+  }
+
+  std::shared_ptr<GlooShared> shared_;
+  std::shared_ptr<gloo::Context> gctx_;
+  std::string prefix_;
+  uint64_t channel_;
+  std::map<std::string, int> uses_;
+  char empty_ = 0;
+};
+
+class HttpGlooStore : public gloo::rendezvous::Store {
+ public:
+  HttpGlooStore(const std::string& host, int port, const std::string& scope, std::chrono::milliseconds timeout)
+      : client_(host, port, scope, timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const Status s = client_.set(key, data);
+    if (!s.ok()) throw std::runtime_error(s.message());
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::vector<char> value;
+    const Status s = client_.get(key, &value);
+    if (!s.ok()) throw std::runtime_error(s.message());
+    return value;
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, client_.timeout()); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& /*timeout*/) override {
+    std::vector<char> value;
+    for (const std::string& k : keys) {
+      const Status s = client_.get(k, &value);
+      if (!s.ok()) throw std::runtime_error(s.message());
+    }
+  }
+
+ private:
+  HttpStoreClient client_;
+};
+
+std::string machine_hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+std::shared_ptr<gloo::rendezvous::Store> make_http_store(const std::string& host, int port, const std::string& scope,
+                                                         std::chrono::milliseconds timeout) {
+  return std::make_shared<HttpGlooStore>(host, port, scope, timeout);
+}
+
+Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous::Store> store, ContextPtr* out) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return Status::InvalidArgument("transport (gloo): rank " + std::to_string(options.rank) + " of size " +
+                                   std::to_string(options.size));
+  }
+  const std::string hostname = options.hostname.empty() ? machine_hostname() : options.hostname;
+  try {
+    gloo::rendezvous::PrefixStore prefixed(options.prefix, *store);
+    // Every rank's host name first: the topology, and whether all are local.
+    prefixed.set("host/" + std::to_string(options.rank), std::vector<char>(hostname.begin(), hostname.end()));
+    std::vector<std::string> names;
+    for (int r = 0; r < options.size; ++r) {
+      const std::vector<char> v = prefixed.get("host/" + std::to_string(r));
+      names.emplace_back(v.begin(), v.end());
+    }
+    const Topology topology = Topology::from_names(names);
+    gloo::transport::tcp::attr attr;
+    if (!options.iface.empty()) {
+      attr.iface = options.iface;
+    } else if (!options.bind_address.empty()) {
+      attr.hostname = options.bind_address;
+    } else {
+      const bool one_host =
+          std::all_of(names.begin(), names.end(), [&](const std::string& n) { return n == names[0]; });
+      attr.hostname = one_host ? "127.0.0.1" : hostname;
+    }
+    auto shared = std::make_shared<GlooShared>();
+    shared->store = store;
+    shared->device = gloo::transport::tcp::CreateDevice(attr);
+    shared->timeout = options.timeout;
+    auto gctx = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    gctx->setTimeout(options.timeout);
+    gloo::rendezvous::PrefixStore mesh(options.prefix + "/mesh", *store);
+    gctx->connectFullMesh(mesh, shared->device);
+    std::vector<int> world_ranks(static_cast<size_t>(options.size));
+    for (int r = 0; r < options.size; ++r) world_ranks[static_cast<size_t>(r)] = r;
+    *out = std::make_shared<GlooTransport>(shared, gctx, options.prefix, 0, topology, world_ranks);
+  } catch (const std::exception& e) {
+    return Status::Aborted("transport (gloo): rank " + std::to_string(options.rank) + " of " +
+                           std::to_string(options.size) + " could not connect: " + what_of(e));
+  }
+  return Status::OK();
+}
+
+Status connect_gloo_http(const GlooOptions& options, const std::string& host, int port, const std::string& scope,
+                         ContextPtr* out) {
+  return connect_gloo(options, make_http_store(host, port, scope, options.timeout), out);
+}
+
+Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
+  const Config::GlooJob& g = config.gloo;
+  GlooOptions options;
+  options.rank = static_cast<int>(g.rank);
+  options.size = static_cast<int>(g.size);
+  options.hostname = g.hostname;
+  options.iface = g.iface;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(g.timeout_s * 1000));
+  options.prefix = "hvl";
+  return connect_gloo_http(options, g.rendezvous_addr, static_cast<int>(g.rendezvous_port), "global", out);
+}
+
+}  // namespace transport
+}  // namespace horovodlite

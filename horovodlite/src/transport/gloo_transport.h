@@ -1,0 +1,56 @@
+// The transport over Gloo's TCP pairs (Debian's libgloo-dev): a full mesh of
+// connections set up through a gloo::rendezvous::Store (the launcher's HTTP
+// key-value store, or any Gloo store in tests); isend/irecv are Gloo unbound
+// buffers sent to a slot that carries the context's channel and the tag.
+// Built only with HVL_HAVE_GLOO.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "horovodlite/config.h"
+#include "transport/transport.h"
+
+namespace gloo {
+namespace rendezvous {
+class Store;
+}  // namespace rendezvous
+}  // namespace gloo
+
+namespace horovodlite {
+namespace transport {
+
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  // This rank's host (HOROVOD_HOSTNAME): ranks with equal names share a host
+  // in the topology. Empty: the machine's hostname.
+  std::string hostname;
+  // The network interface to bind (HOROVOD_GLOO_IFACE), or else the address to
+  // bind (empty: 127.0.0.1 when every rank names the same host, else hostname).
+  std::string iface;
+  std::string bind_address;
+  // Rendezvous and connect timeout (HOROVOD_GLOO_TIMEOUT_SECONDS).
+  std::chrono::milliseconds timeout = std::chrono::seconds(30);
+  // Prefix of every key this world writes (a scope per world, e.g. "global").
+  std::string prefix = "hvl";
+};
+
+// Collective over the options' ranks: connects the full mesh through `store`.
+Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous::Store> store, ContextPtr* out);
+
+// The same through the launcher's HTTP store at host:port, keys under `scope`.
+Status connect_gloo_http(const GlooOptions& options, const std::string& host, int port, const std::string& scope,
+                         ContextPtr* out);
+
+// A Gloo job's world from its configuration (Config::gloo: the contract's
+// HOROVOD_RANK/SIZE/HOSTNAME/GLOO_* variables), keys under scope "global".
+Status connect_gloo_from_config(const Config& config, ContextPtr* out);
+
+// gloo::rendezvous::Store over the HTTP key-value store (http_store.h).
+std::shared_ptr<gloo::rendezvous::Store> make_http_store(const std::string& host, int port, const std::string& scope,
+                                                         std::chrono::milliseconds timeout);
+
+}  // namespace transport
+}  // namespace horovodlite

@@ -1,0 +1,44 @@
+// gloo::rendezvous::Store over the launcher's HTTP key-value store (the
+// Gloo-launch contract, notes/contract-gloo.md): set = PUT /<scope>/<key>,
+// get = GET polled with a growing back-off until present or the timeout (an
+// error naming the key and the address). One short connection per request over
+// a plain socket; no HTTP library.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "horovodlite/common.h"
+
+namespace horovodlite {
+namespace transport {
+
+class HttpStoreClient {
+ public:
+  HttpStoreClient(std::string host, int port, std::string scope, std::chrono::milliseconds timeout);
+
+  Status set(const std::string& key, const std::vector<char>& value);
+  // Polls until the key is set or the timeout passes.
+  Status get(const std::string& key, std::vector<char>* value);
+  // *found false (and OK) when the key is not set.
+  Status try_get(const std::string& key, std::vector<char>* value, bool* found);
+  Status remove(const std::string& key);
+
+  const std::string& scope() const { return scope_; }
+  std::string address() const { return host_ + ":" + std::to_string(port_); }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  // One request; *code is the HTTP status.
+  Status request(const char* method, const std::string& key, const std::vector<char>* body, int* code,
+                 std::vector<char>* reply);
+
+  std::string host_;
+  int port_;
+  std::string scope_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace transport
+}  // namespace horovodlite

@@ -1,0 +1,344 @@
+"""horovodlite-run --gloo: start the ranks without mpirun (Horovod 0.28's
+horovod/runner/gloo_run.py, our own code).
+
+The launcher serves the rendezvous KV store (runner/rendezvous.py), works out
+each rank's place (rank, local rank, cross rank) from the host list, and starts
+every rank with the Gloo-launch contract's environment (notes/contract-gloo.md):
+local ranks as child processes, remote ranks through the launch agent (ssh, or
+the simulated-hosts agent) wrapped in runner/task.py, which ends the rank when
+the launcher goes away. When a rank fails the launcher names it, ends the others
+(SIGTERM, then SIGKILL after a grace period) and exits with that rank's code.
+"""
+
+import collections
+import fcntl
+import os
+import queue
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from horovodlite.runner import hosts as hosts_util
+
+# Seconds between SIGTERM and SIGKILL when the job is ended.
+TERMINATE_GRACE_S = 3.0
+DEFAULT_GLOO_TIMEOUT_S = 30
+
+SlotInfo = collections.namedtuple(
+    "SlotInfo", "hostname rank local_rank cross_rank size local_size cross_size")
+
+# Variables of the caller that reach remote ranks too (local ones inherit all).
+_FORWARDED = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
+_FORWARDED_PREFIXES = ("HOROVODLITE_", "HOROVOD_")
+
+
+def host_assignments(hosts, np):
+    """Ranks fill the hosts in order, each up to its slots (Horovod's
+    get_host_assignments). cross_rank is the host's index among the hosts that
+    have a rank with the same local rank; cross_size their number."""
+    total = sum(slots for _, slots in hosts)
+    if np > total:
+        raise ValueError("-np %d is more than the %d slots of the hosts given" % (np, total))
+    placed = []  # (host, local_rank)
+    local_sizes = collections.OrderedDict()
+    for name, slots in hosts:
+        take = min(slots, np - len(placed))
+        if take <= 0:
+            break
+        for local_rank in range(take):
+            placed.append((name, local_rank))
+        local_sizes[name] = take
+    host_order = list(local_sizes)
+    out = []
+    for rank, (name, local_rank) in enumerate(placed):
+        with_this_local_rank = [h for h in host_order if local_sizes[h] > local_rank]
+        out.append(SlotInfo(hostname=name, rank=rank, local_rank=local_rank,
+                            cross_rank=with_this_local_rank.index(name), size=np,
+                            local_size=local_sizes[name], cross_size=len(with_this_local_rank)))
+    return out
+
+
+def slot_environment(slot, rendezvous_addr, rendezvous_port, iface=None, timeout_s=None):
+    """The contract's variables for one rank."""
+    env = {
+        "HOROVOD_HOSTNAME": slot.hostname,
+        "HOROVOD_RANK": str(slot.rank),
+        "HOROVOD_SIZE": str(slot.size),
+        "HOROVOD_LOCAL_RANK": str(slot.local_rank),
+        "HOROVOD_LOCAL_SIZE": str(slot.local_size),
+        "HOROVOD_CROSS_RANK": str(slot.cross_rank),
+        "HOROVOD_CROSS_SIZE": str(slot.cross_size),
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous_addr,
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(timeout_s if timeout_s is not None else DEFAULT_GLOO_TIMEOUT_S)),
+    }
+    if iface:
+        env["HOROVOD_GLOO_IFACE"] = iface
+    return env
+
+
+def interface_address(name):
+    """The IPv4 address of this machine's interface `name`, or None."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))  # SIOCGIFADDR
+            return socket.inet_ntoa(packed[20:24])
+    except OSError:
+        return None
+
+
+def _first_external_address():
+    for _, name in socket.if_nameindex():
+        addr = interface_address(name)
+        if addr and not addr.startswith("127."):
+            return addr
+    return None
+
+
+def rendezvous_address(hosts, iface=None, is_local=hosts_util.is_local):
+    """The address the ranks reach the launcher's KV store at: the address of
+    --network-interface where this machine has it; 127.0.0.1 when every host is
+    this machine; else the source address of a route to the first remote host
+    (no packet is sent), else this machine's first non-loopback address."""
+    if iface:
+        addr = interface_address(iface)
+        if addr:
+            return addr
+    remote = [name for name, _ in hosts if not is_local(name)]
+    if not remote:
+        return "127.0.0.1"
+    try:
+        target = socket.getaddrinfo(remote[0], 1, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 1))
+            addr = s.getsockname()[0]
+            if not addr.startswith("127."):
+                return addr
+    except OSError:
+        pass
+    return _first_external_address() or socket.gethostname()
+
+
+def forwarded_environment(environ=None):
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k in _FORWARDED or k.startswith(_FORWARDED_PREFIXES)}
+
+
+def remote_command(agent, ssh_args, host, env, command, cwd=None, python=None):
+    """argv that runs `command` on `host` with `env` through the launch agent,
+    wrapped in runner/task.py (ends the rank when the agent's stdin closes)."""
+    python = python or sys.executable
+    assignments = " ".join(shlex.quote("%s=%s" % (k, v)) for k, v in sorted(env.items()))
+    inner = " ".join(shlex.quote(c) for c in [python, "-m", "horovodlite.runner.task", "--"] + list(command))
+    cd = "cd %s >/dev/null 2>&1 ; " % shlex.quote(cwd or os.getcwd())
+    remote = "%sexec env %s %s" % (cd, assignments, inner)
+    opts = []
+    if os.path.basename(agent[0]) == "ssh":
+        opts = ["-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"]
+    return list(agent) + opts + list(ssh_args) + [host, remote]
+
+
+def describe_exit(rc):
+    if rc < 0:
+        try:
+            return "was killed by signal %d (%s)" % (-rc, signal.Signals(-rc).name)
+        except ValueError:
+            return "was killed by signal %d" % -rc
+    return "exited with code %d" % rc
+
+
+def exit_code(rc):
+    return 128 - rc if rc < 0 else rc
+
+
+class Worker:
+    """One started rank: a local child or a remote one through the agent, each
+    in a session of its own so that ending it ends everything it started."""
+
+    def __init__(self, slot, argv, env, remote, output_dir=None):
+        self.slot = slot
+        self.argv = argv
+        self.remote = remote
+        self.proc = None
+        self.returncode = None
+        self._files = []
+        stdout = stderr = None
+        if output_dir:
+            rank_dir = os.path.join(output_dir, "rank.%d" % slot.rank)
+            os.makedirs(rank_dir, exist_ok=True)
+            stdout = open(os.path.join(rank_dir, "stdout"), "wb")
+            stderr = open(os.path.join(rank_dir, "stderr"), "wb")
+            self._files = [stdout, stderr]
+        # Remote ranks end when this pipe closes (runner/task.py); local ones get
+        # no stdin, as under mpirun.
+        stdin = subprocess.PIPE if remote else subprocess.DEVNULL
+        self.proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                                     start_new_session=True, preexec_fn=None if remote else _die_with_parent)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def signal(self, sig):
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close_stdin(self):
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def wait(self):
+        self.returncode = self.proc.wait()
+        for f in self._files:
+            f.close()
+        return self.returncode
+
+
+def _die_with_parent():
+    """Local ranks get SIGKILL if the launcher itself dies (prctl
+    PR_SET_PDEATHSIG), so that no rank outlives a killed launcher."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+
+
+class WorkerGroup:
+    """Runs workers, reports each one's exit through a queue, ends them all."""
+
+    def __init__(self, log=None):
+        self.workers = []
+        self.exits = queue.Queue()
+        self.log = log or (lambda msg: print("horovodlite-run: " + msg, file=sys.stderr, flush=True))
+        self._lock = threading.Lock()
+
+    def start(self, slot, argv, env, remote, output_dir=None):
+        worker = Worker(slot, argv, env, remote, output_dir)
+        with self._lock:
+            self.workers.append(worker)
+
+        def waiter():
+            rc = worker.wait()
+            self.exits.put((worker, rc))
+
+        threading.Thread(target=waiter, name="hvl-wait-%d" % slot.rank, daemon=True).start()
+        return worker
+
+    def running(self):
+        with self._lock:
+            return [w for w in self.workers if w.returncode is None]
+
+    def terminate(self, workers=None, grace_s=TERMINATE_GRACE_S):
+        """SIGTERM (and, for remote ranks, end-of-file on their stdin) now,
+        SIGKILL to those still running after grace_s. Returns when all are gone
+        or after a further grace period."""
+        workers = self.running() if workers is None else [w for w in workers if w.returncode is None]
+        for w in workers:
+            w.close_stdin()
+            w.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for w in workers:
+            try:
+                w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for w in workers:
+            # Leaders gone or not: nothing of their sessions may remain.
+            w.signal(signal.SIGKILL)
+        for w in workers:
+            try:
+                w.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.log("rank %d on %s (pid %d) did not end after SIGKILL" % (
+                    w.slot.rank, w.slot.hostname, w.pid))
+
+
+def launch_gloo(command, hosts, np, job_env, *, iface=None, timeout_s=None, agent=None, ssh_args=(),
+                output_dir=None, verbose=False, is_local=hosts_util.is_local, bind_host=None, log=None):
+    """Runs `command` on `np` ranks over `hosts` ([(name, slots)]); returns the
+    job's exit code (0, or the first failing rank's)."""
+    from horovodlite.runner.rendezvous import RendezvousServer
+
+    log = log or (lambda msg: print("horovodlite-run: " + msg, file=sys.stderr, flush=True))
+    slots = host_assignments(hosts, np)
+    remote_hosts = sorted({s.hostname for s in slots if not is_local(s.hostname)})
+    if remote_hosts and agent is None:
+        raise RuntimeError("no launch agent to reach %s: install ssh" % ", ".join(remote_hosts))
+    addr = rendezvous_address(hosts, iface, is_local)
+    if bind_host is None:
+        bind_host = "127.0.0.1" if not remote_hosts else "0.0.0.0"
+    server = RendezvousServer(bind_host=bind_host, port=0)
+    port = server.start()
+    if verbose:
+        log("rendezvous at %s:%d (bound to %s); %d rank(s) on %s" % (
+            addr, port, bind_host, np, hosts_util.format_hosts(hosts)))
+    group = WorkerGroup(log)
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, _raise_interrupt)
+    try:
+        for slot in slots:
+            rank_env = dict(job_env)
+            rank_env.update(slot_environment(slot, addr, port, iface, timeout_s))
+            if slot.hostname in remote_hosts:
+                env = forwarded_environment()
+                env.update(rank_env)
+                argv = remote_command(agent, ssh_args, slot.hostname, env, command)
+                group.start(slot, argv, None, True, output_dir)
+            else:
+                env = dict(os.environ)
+                env.update(rank_env)
+                group.start(slot, list(command), env, False, output_dir)
+            if verbose:
+                log("started rank %d on %s" % (slot.rank, slot.hostname))
+        return _supervise(group, np, log)
+    except _Interrupted as e:
+        log("interrupted (%s): ending the ranks" % e)
+        group.terminate()
+        return 128 + e.signum
+    except OSError as e:
+        log("cannot start %s: %s" % (command[0], e))
+        group.terminate()
+        return 127
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.stop()
+
+
+def _supervise(group, np, log):
+    finished = 0
+    while finished < np:
+        worker, rc = group.exits.get()
+        finished += 1
+        if rc != 0:
+            others = group.running()
+            log("rank %d on host %s %s; ending the other %d rank(s)" % (
+                worker.slot.rank, worker.slot.hostname, describe_exit(rc), len(others)))
+            group.terminate(others)
+            return exit_code(rc)
+    return 0
+
+
+class _Interrupted(Exception):
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupt(signum, _frame):
+    raise _Interrupted(signum)

@@ -1,0 +1,172 @@
+"""DistributedOptimizer(..., op=hvd.Adasum), as Horovod's _DistributedAdasumOptimizer.
+
+With Adasum the ranks combine *updates*, not gradients (Horovod's
+docs/adasum_user_guide): when a parameter's gradient is ready, the wrapped
+optimizer steps that parameter alone, locally; the update (the new value minus
+the value before the step) is combined across ranks with the Adasum allreduce
+(the core's ReduceOp Adasum, ops/adasum.h), and step() sets the parameter to
+its value before the local step plus the combined update.
+
+As in Horovod:
+
+- The local step runs inside the gradient hook, during backward, so the
+  Adasum allreduce of one parameter's update overlaps the rest of backward.
+  Parameters whose gradient never became ready are stepped and sent at step().
+- ``backward_passes_per_step``: gradients accumulate over that many backward
+  passes before the local step (which sees the accumulated gradient).
+- ``compression``: the update is compressed (Compression.fp16: reduced as
+  float16, Adasum's dot products still in double) and decompressed before it
+  is applied.
+- No learning-rate scaling happens here. Horovod's guide: with Adasum do not
+  scale the learning rate by the number of ranks (on CPU); scripts written for
+  Horovod (``lr * hvd.size()`` unless Adasum) therefore keep working unchanged.
+- ``gradient_predivide_factor`` is refused (it needs op=Average), and so are
+  process sets other than the global one (Horovod: "Adasum does not support
+  non-global process sets yet"); ``synchronize()`` does nothing and
+  ``skip_synchronize()`` is refused (the combination is of whole steps).
+- One rank: no hooks, step() is the wrapped optimizer's (Adasum of one update
+  is that update).
+"""
+
+from contextlib import contextmanager
+
+import torch
+
+from horovodlite.common.process_sets import global_process_set
+from horovodlite.torch._compat import register_grad_ready_hook
+from horovodlite.torch.mpi_ops import Adasum, allreduce_async_, size, synchronize
+
+
+class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [("allreduce.noname.%s.%s" % (i, j), v)
+                                for i, param_group in enumerate(self.param_groups)
+                                for j, v in enumerate(param_group["params"])]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        names = [k for k, _ in named_parameters]
+        dups = sorted({k for k in names if names.count(k) > 1})
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+                             % ", ".join(dups))
+        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
+        unnamed = all_ids - {id(v) for _, v in named_parameters}
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters were not "
+                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
+        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
+                or backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be a positive int, got %r" % (backward_passes_per_step,))
+
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: backward_passes_per_step for _, v in named_parameters}
+        self._handles = {}              # parameter -> (handle, compression ctx), or (None, None) until sent
+        self._grad_hooks = []
+        self._requires_update = set()
+        # Each parameter's value before its local step (the update is applied to it).
+        self._starting_models = {p: torch.zeros_like(p, requires_grad=False) for _, p in named_parameters}
+        if size() > 1:
+            self._register_hooks()
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def _register_hooks(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    self._grad_hooks.append(register_grad_ready_hook(p, self._make_hook(p)))
+
+    def _step_one(self, p):
+        """The wrapped optimizer's step on p alone (the other parameters hidden)."""
+        stashed = [group["params"] for group in self.param_groups]
+        try:
+            for group in self.param_groups:
+                group["params"] = [p] if any(p is v for v in group["params"]) else []
+            super(self.__class__, self).step()
+        finally:
+            for group, params in zip(self.param_groups, stashed):
+                group["params"] = params
+
+    def _allreduce_grad_async(self, p):
+        # The update: p after its local step, less p before it; reduced in place
+        # (p holds the update until step() applies the combined one).
+        start = self._starting_models[p]
+        start.data.copy_(p.data)
+        self._step_one(p)
+        p.data.sub_(start)
+        compressed, ctx = self._compression.compress(p.data)
+        handle = allreduce_async_(compressed, name=self._parameter_names.get(p), op=Adasum)
+        return handle, (compressed, ctx)
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            handle = self._handles.get(p, (None, None))[0]
+            if handle is not None and self._allreduce_delay[p] <= 0:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
+                                     "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                                     "locally.")
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                self._handles[p] = self._allreduce_grad_async(p)
+            else:
+                self._handles[p] = (None, None)
+        return hook
+
+    def synchronize(self):
+        pass
+
+    @contextmanager
+    def skip_synchronize(self):
+        raise AssertionError("Skipping synchronization is not supported when using Adasum optimizer.")
+
+    def _step_locally(self, closure=None):
+        """The wrapped optimizer's step, without allreducing (broadcast_optimizer_state)."""
+        return super(self.__class__, self).step(closure)
+
+    def step(self, closure=None):
+        if size() == 1:
+            return super(self.__class__, self).step(closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        # Parameters whose update has not left yet (no gradient this step, or
+        # step() before backward_passes_per_step passes): stepped and sent now.
+        for p in self._requires_update:
+            if self._handles.get(p, (None, None))[0] is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        for p, (handle, (_compressed, ctx)) in self._handles.items():
+            start = self._starting_models[p]
+            delta = self._compression.decompress(synchronize(handle), ctx)
+            start.data.add_(delta.data)
+            p.data.copy_(start)
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._handles.clear()
+        return loss
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                                 "cause a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step, process_set):
+    """DistributedOptimizer's op=Adasum case (the arguments as there)."""
+    if process_set is not global_process_set:
+        raise NotImplementedError("DistributedOptimizer: Adasum does not support non-global process sets yet "
+                                  "(as Horovod)")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)

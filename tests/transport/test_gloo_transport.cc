@@ -1,0 +1,175 @@
+// The Gloo TCP transport (loopback), ranks as threads over Gloo's in-process
+// HashStore: the ring, recursive doubling and the collectives on real sockets,
+// a split over a subset (its own full mesh), and a wait that names the peer.
+#include <gloo/rendezvous/hash_store.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "ops/ring_allreduce.h"
+#include "ops/transport_collectives.h"
+#include "recursive_doubling.h"
+#include "transport/gloo_transport.h"
+
+namespace {
+
+using horovodlite::DataType;
+using horovodlite::ReduceOp;
+using horovodlite::Status;
+namespace tp = horovodlite::transport;
+
+void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      tp::GlooOptions options;
+      options.rank = r;
+      options.size = size;
+      options.hostname = "localhost";
+      options.timeout = std::chrono::seconds(20);
+      tp::ContextPtr ctx;
+      const Status s = tp::connect_gloo(options, store, &ctx);
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_STREQ(ctx->kind(), "gloo");
+      fn(*ctx);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(GlooTransport, RingRecursiveDoublingAndCollectives) {
+  for (int size = 1; size <= 3; ++size) {
+    run_gloo_ranks(size, [&](tp::Context& ctx) {
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{300001}}) {
+        horovodlite::RingAllreduceOptions options;
+        options.segment_bytes = 64 << 10;
+        horovodlite::RingAllreduce ring(ctx.shared_from_this(), options);
+        std::vector<float> buf(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) buf[static_cast<size_t>(i)] = static_cast<float>(ctx.rank() + i % 5);
+        std::vector<float> half = buf;
+        Status s = ring.run(buf.data(), n, DataType::kFloat32, ReduceOp::kSum);
+        ASSERT_TRUE(s.ok()) << s.message();
+        s = ring.run_fp16_wire(half.data(), n, DataType::kFloat32, ReduceOp::kSum);
+        ASSERT_TRUE(s.ok()) << s.message();
+        for (int64_t i = 0; i < n; ++i) {
+          const float want = static_cast<float>(size * (size - 1) / 2 + size * (i % 5));
+          ASSERT_EQ(buf[static_cast<size_t>(i)], want);
+          ASSERT_EQ(half[static_cast<size_t>(i)], want);
+        }
+        std::vector<int32_t> b(static_cast<size_t>(n), ctx.rank() == size - 1 ? 9 : 0);
+        ASSERT_TRUE(horovodlite::transport_ops::broadcast(ctx, b.data(), b.size() * 4, size - 1).ok());
+        for (int32_t v : b) ASSERT_EQ(v, 9);
+      }
+      horovodlite::RecursiveDoubling rd(ctx.shared_from_this());
+      uint64_t w[3] = {1, 2, static_cast<uint64_t>(ctx.rank())};
+      ASSERT_TRUE(rd.run(w, 3, [](const uint64_t* in, uint64_t* io) {
+                      for (int i = 0; i < 3; ++i) io[i] += in[i];
+                    }).ok());
+      EXPECT_EQ(w[0], static_cast<uint64_t>(size));
+      EXPECT_EQ(w[2], static_cast<uint64_t>(size * (size - 1) / 2));
+      std::vector<size_t> bytes(static_cast<size_t>(size), 4);
+      std::vector<int32_t> all(static_cast<size_t>(size), -1);
+      int32_t me = 10 + ctx.rank();
+      ASSERT_TRUE(horovodlite::transport_ops::allgatherv(ctx, &me, all.data(), bytes).ok());
+      for (int r = 0; r < size; ++r) EXPECT_EQ(all[static_cast<size_t>(r)], 10 + r);
+      EXPECT_TRUE(ctx.barrier().ok());
+    });
+  }
+}
+
+TEST(GlooTransport, SplitOverASubsetAndDup) {
+  run_gloo_ranks(3, [&](tp::Context& ctx) {
+    tp::ContextPtr dup;
+    ASSERT_TRUE(ctx.dup("ring", &dup).ok());
+    if (ctx.rank() != 1) {
+      tp::ContextPtr sub;
+      const Status s = ctx.split({2, 0}, "ps.1", &sub);
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(sub->size(), 2);
+      EXPECT_EQ(sub->rank(), ctx.rank() == 2 ? 0 : 1);
+      int v = 100 + ctx.rank(), got = 0;
+      tp::RequestPtr a, b;
+      ASSERT_TRUE(sub->irecv(&got, 4, 1 - sub->rank(), 0, &a).ok());
+      ASSERT_TRUE(sub->isend(&v, 4, 1 - sub->rank(), 0, &b).ok());
+      ASSERT_TRUE(a->wait(std::chrono::seconds(10)).ok());
+      ASSERT_TRUE(b->wait(std::chrono::seconds(10)).ok());
+      EXPECT_EQ(got, ctx.rank() == 2 ? 100 : 102);
+    }
+    // The dup's messages do not meet the parent's.
+    int x = ctx.rank(), y = -1, z = -1;
+    std::vector<tp::RequestPtr> reqs(4);
+    const int right = (ctx.rank() + 1) % 3, left = (ctx.rank() + 2) % 3;
+    ASSERT_TRUE(dup->irecv(&y, 4, left, 7, &reqs[0]).ok());
+    ASSERT_TRUE(ctx.irecv(&z, 4, left, 7, &reqs[1]).ok());
+    int x2 = x + 50;
+    ASSERT_TRUE(ctx.isend(&x2, 4, right, 7, &reqs[2]).ok());
+    ASSERT_TRUE(dup->isend(&x, 4, right, 7, &reqs[3]).ok());
+    ASSERT_TRUE(tp::wait_all(&reqs, std::chrono::seconds(10)).ok());
+    EXPECT_EQ(y, left);
+    EXPECT_EQ(z, left + 50);
+  });
+}
+
+TEST(GlooTransport, AWaitForAPeerThatNeverSendsNamesIt) {
+  run_gloo_ranks(2, [&](tp::Context& ctx) {
+    int v = 0;
+    if (ctx.rank() == 0) {
+      tp::RequestPtr r;
+      ASSERT_TRUE(ctx.irecv(&v, 4, 1, 3, &r).ok());
+      const Status s = r->wait(std::chrono::milliseconds(50));
+      EXPECT_EQ(s.code(), horovodlite::StatusCode::kTimeout);
+      EXPECT_NE(s.message().find("receive from rank 1"), std::string::npos) << s.message();
+      ASSERT_TRUE(ctx.barrier().ok());
+      EXPECT_TRUE(r->wait(std::chrono::seconds(10)).ok());
+      EXPECT_EQ(v, 5);
+    } else {
+      ASSERT_TRUE(ctx.barrier().ok());
+      v = 5;
+      tp::RequestPtr s;
+      ASSERT_TRUE(ctx.isend(&v, 4, 0, 3, &s).ok());
+      EXPECT_TRUE(s->wait(std::chrono::seconds(10)).ok());
+    }
+  });
+}
+
+}  // namespace
+
+namespace {
+
+// A peer that goes away (its context destroyed: its sockets close) fails the
+// receive waiting on it with Aborted naming it, instead of a hang.
+TEST(GlooTransport, APeerThatGoesAwayFailsTheWaitNamingIt) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::thread> threads;
+  std::atomic<bool> posted{false};
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      tp::GlooOptions options;
+      options.rank = r;
+      options.size = 2;
+      options.hostname = "localhost";
+      options.timeout = std::chrono::seconds(20);
+      tp::ContextPtr ctx;
+      ASSERT_TRUE(tp::connect_gloo(options, store, &ctx).ok());
+      ASSERT_TRUE(ctx->barrier().ok());
+      if (r == 0) {
+        int v = 0;
+        tp::RequestPtr req;
+        ASSERT_TRUE(ctx->irecv(&v, 4, 1, 9, &req).ok());
+        posted = true;
+        const Status s = req->wait(std::chrono::seconds(20));
+        EXPECT_EQ(s.code(), horovodlite::StatusCode::kAborted) << s.message();
+        EXPECT_NE(s.message().find("receive from rank 1"), std::string::npos) << s.message();
+      } else {
+        while (!posted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ctx.reset();  // rank 1 leaves without sending
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace
