@@ -86,6 +86,10 @@ int main(int argc, char** argv) {
     std::printf("adasum %9.2f ms  (min %.2f)\n", ta * 1e3, *std::min_element(adasum.begin(), adasum.end()) * 1e3);
     std::printf("adasum speed / sum speed = %.2f\n", ts / ta);
   }
-  hvl::shutdown();
+  const hvl::Status done = hvl::shutdown();
+  if (!done.ok()) {
+    std::fprintf(stderr, "adasum_bench: shutdown: %s\n", done.message().c_str());
+    return 1;
+  }
   return 0;
 }

@@ -91,7 +91,9 @@ bool wait_checking_signals(const HandlePtr& core, std::optional<std::chrono::ste
     }
     {
       py::gil_scoped_release release;
-      core->wait(slice);  // returns as soon as the op completes
+      // Returns as soon as the op completes; its outcome is read through poll()
+      // and the handle's status below, so the wait's own status adds nothing.
+      static_cast<void>(core->wait(slice));
     }
     if (core->poll()) return true;
     if (PyErr_CheckSignals() != 0) {
