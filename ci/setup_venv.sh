@@ -8,7 +8,7 @@ source "$(dirname "$0")/env.sh"
 [ "$HVL_TORCH" = pypi ] || exit 0
 # The supported PyTorch 2.x release the default build pins.
 HVL_TORCH_VERSION="${HVL_TORCH_VERSION:-2.13.0}"
-# pyspark and ray: the engines horovodlite.spark / horovodlite.ray run on (tests/python/spark, ray).
+# pyspark and ray: the engines horovodlite.spark / horovodlite.ray run on (tests/python/engine_spark, engine_ray).
 PACKAGES=("torch==$HVL_TORCH_VERSION" numpy pytest pybind11 setuptools wheel mpi4py ruff pyspark cloudpickle ray)
 BASE_PYTHON="${HVL_BASE_PYTHON:-python3}"
 if [ ! -x "$HVL_VENV/bin/python" ]; then
