@@ -46,7 +46,9 @@ Status Request::wait(std::chrono::milliseconds timeout, const Backoff& backoff) 
 }
 
 Status wait_all(std::vector<RequestPtr>* requests, std::chrono::milliseconds timeout, const Backoff& backoff) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // (No deadline for kNoTimeout: now + milliseconds::max() overflows.)
+  const auto deadline =
+      timeout == kNoTimeout ? std::chrono::steady_clock::time_point::max() : std::chrono::steady_clock::now() + timeout;
   for (RequestPtr& r : *requests) {
     if (!r) continue;
     std::chrono::milliseconds left = kNoTimeout;
