@@ -126,7 +126,11 @@ def main(argv):
     print("autotuned / best hand-tuned (%s): %.3f" % (hand_best_label, ratio))
     print("tuner: %d samples scored, %d rows" % (sum(r["phase"] == "sample" for r in rows), len(rows)))
     if args.png:
-        import matplotlib
+        try:
+            import matplotlib
+        except ImportError:
+            print("autotune_bench: no matplotlib in this Python: no plot (the CSV has every sample)")
+            return 0
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         samples = [r for r in rows if r["phase"] in ("warmup", "sample")]
