@@ -442,6 +442,20 @@ def wants_gloo(args):
     return not args.use_mpi and shutil.which(args.mpirun) is None
 
 
+def hosts_and_testbed(parser, args):
+    """-H/--hostfile and --hosts-netns, checked (MPI and Gloo launches alike); a usage error otherwise."""
+    try:
+        hosts = host_list(args)
+        testbed = Testbed(args.hosts_netns) if args.hosts_netns else None
+        start_timeout(args)
+    except (hosts_util.HostsError, TestbedError, ValueError) as e:
+        parser.error(str(e))
+    if testbed and not hosts:
+        parser.error("--hosts-netns %s needs -H or --hostfile with the testbed's hosts (%s)" % (
+            testbed.name, ", ".join(testbed.hosts)))
+    return hosts, testbed
+
+
 def gloo_main(parser, args, argv):
     from horovodlite.runner import gloo_run
 
@@ -465,15 +479,7 @@ def gloo_main(parser, args, argv):
         except ValueError as e:
             parser.error(str(e))
 
-    try:
-        hosts = host_list(args)
-        testbed = Testbed(args.hosts_netns) if args.hosts_netns else None
-        start_timeout(args)
-    except (hosts_util.HostsError, TestbedError, ValueError) as e:
-        parser.error(str(e))
-    if testbed and not hosts:
-        parser.error("--hosts-netns %s needs -H or --hostfile with the testbed's hosts (%s)" % (
-            testbed.name, ", ".join(testbed.hosts)))
+    hosts, testbed = hosts_and_testbed(parser, args)
     if elastic and not args.discovery_script and hosts is None:
         hosts = [("localhost", max_np if max_np < (1 << 30) else np)]
     if hosts is None:
@@ -549,15 +555,7 @@ def main(argv=None):
         parser.error("cannot find '%s' (install Open MPI or pass --mpirun)" % args.mpirun)
     if args.gloo_timeout_seconds is not None:
         parser.error("--gloo-timeout-seconds is for Gloo jobs (--gloo)")
-    try:
-        hosts = host_list(args)
-        testbed = Testbed(args.hosts_netns) if args.hosts_netns else None
-        start_timeout(args)
-    except (hosts_util.HostsError, TestbedError, ValueError) as e:
-        parser.error(str(e))
-    if testbed and not hosts:
-        parser.error("--hosts-netns %s needs -H or --hostfile with the testbed's hosts (%s)" % (
-            testbed.name, ", ".join(testbed.hosts)))
+    hosts, testbed = hosts_and_testbed(parser, args)
     if hosts and sum(slots for _, slots in hosts) < args.np:
         parser.error("-np %d is more than the %d slots of the hosts given" % (
             args.np, sum(slots for _, slots in hosts)))
