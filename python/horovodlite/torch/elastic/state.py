@@ -105,10 +105,13 @@ class OptimizerStateHandler(StateHandler):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class LRSchedulerStateHandler(StateHandler):
-    def __init__(self, scheduler):
-        super().__init__(scheduler)
-        self._saved = copy.deepcopy(scheduler.state_dict())
+class _StateDictHandler(StateHandler):
+    """An object with state_dict()/load_state_dict() of plain values (a learning-rate
+    scheduler, an ElasticSampler): saved as a deep copy, synced from rank 0."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self._saved = copy.deepcopy(value.state_dict())
 
     def save(self):
         self._saved = copy.deepcopy(self.value.state_dict())
@@ -121,20 +124,12 @@ class LRSchedulerStateHandler(StateHandler):
         self.value.load_state_dict(broadcast_object(self.value.state_dict()))
 
 
-class SamplerStateHandler(StateHandler):
-    def __init__(self, sampler):
-        super().__init__(sampler)
-        self._saved = copy.deepcopy(sampler.state_dict())
+class LRSchedulerStateHandler(_StateDictHandler):
+    pass
 
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
 
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
-    def sync(self):
-        from horovodlite.torch.functions import broadcast_object
-        self.value.load_state_dict(broadcast_object(self.value.state_dict()))
+class SamplerStateHandler(_StateDictHandler):
+    pass
 
 
 def _lr_scheduler_base():
