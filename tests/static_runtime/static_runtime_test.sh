@@ -51,8 +51,13 @@ if grep -Eiq 'segmentation fault|on signal [0-9]+|core dumped|terminate called' 
   echo "FAIL: a rank crashed at exit" >&2
   exit 1
 fi
-if [ "$(grep -c 'allreduce ok' "$out")" -ne 2 ]; then
-  echo "FAIL: expected both ranks to report 'allreduce ok'" >&2
-  exit 1
-fi
+# One check per rank: mpirun forwards the ranks' output in chunks of its own,
+# and two ranks' lines can arrive joined on one line (seen in CI), so lines
+# are not counted.
+for r in 0 1; do
+  if ! grep -q "rank $r: allreduce ok" "$out"; then
+    echo "FAIL: rank $r did not report 'allreduce ok'" >&2
+    exit 1
+  fi
+done
 echo "PASS: both ranks exited cleanly"
