@@ -87,6 +87,8 @@ class CMakeBuild(build_ext):
         libs = [os.path.join(build_dir, "adapters", "torch", "libhorovodlite_torch.so")]
         libs += [p for p in glob.glob(os.path.join(build_dir, "horovodlite", "libhorovodlite.so.*"))
                  if "." not in p.rsplit(".so.", 1)[1]]
+        # The Gloo plugin the core loads from its own directory (when built with Gloo).
+        libs += glob.glob(os.path.join(build_dir, "horovodlite", "libhorovodlite_gloo.so"))
         for lib in libs:
             if not os.path.exists(lib):
                 raise RuntimeError("the CMake build did not produce " + lib)

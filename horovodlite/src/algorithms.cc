@@ -15,6 +15,7 @@
 #include "ops/mpi_broadcast.h"
 #include "ops/mpi_reducescatter.h"
 #include "ops/ring_backend.h"
+#include "ops/transport_algorithms.h"
 #include "ops/voted_allreduce.h"
 #if HVL_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -79,9 +80,30 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
 }
 #endif
 
+// A job without MPI (Gloo): the project's own algorithms over the transport.
+// Not yet here: Adasum, the hierarchical algorithms and device (CUDA) tensors,
+// which are built on MPI communicators (docs/transport.md).
+std::unique_ptr<Registry> make_transport_registry(const MpiContext& mpi, const Config& config) {
+  auto reg = std::make_unique<Registry>();
+  auto fusion = std::make_shared<FusionBuffer>();
+  reg->add(OpType::kAllreduce, kHost,
+           std::make_unique<UnavailableAllreduce>(
+               ReduceOp::kAdasum,
+               "Adasum needs an MPI job in this version (start it with mpirun or horovodlite-run "
+               "without --gloo), this job runs on Gloo"));
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<RingBackend>(mpi, config, fusion));  // every size
+  reg->add(OpType::kAllgather, kHost, std::make_unique<TransportAllgather>(mpi, fusion));
+  reg->add(OpType::kBroadcast, kHost, std::make_unique<TransportBroadcast>(mpi));
+  reg->add(OpType::kAlltoall, kHost, std::make_unique<TransportAlltoall>(mpi));
+  reg->add(OpType::kReducescatter, kHost, std::make_unique<TransportReducescatter>(mpi, fusion));
+  return reg;
+}
+
 }  // namespace
 
 std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& config) {
+  if (!mpi.uses_mpi()) return make_transport_registry(mpi, config);
   auto reg = std::make_unique<Registry>();
   auto fusion = std::make_shared<FusionBuffer>();  // one host fusion buffer for every host algorithm
   // Host allreduces go into the registry and, typed, into the list the

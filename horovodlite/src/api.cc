@@ -214,6 +214,17 @@ void request_shutdown() {
 
 bool is_initialized() { return current_runtime() != nullptr; }
 
+namespace {
+bool on_gloo() {
+  if (auto rt = current_runtime()) return !rt->mpi().uses_mpi();
+  Config c;
+  return Config::from_env(&c).ok() && c.transport == Config::Transport::kGloo;
+}
+}  // namespace
+
+bool mpi_enabled() { return !on_gloo(); }
+bool gloo_enabled() { return on_gloo(); }
+
 bool cuda_built() { return device_backend_built(); }
 int nccl_version() { return device_nccl_version(); }
 int cuda_device_count() { return device_count(); }

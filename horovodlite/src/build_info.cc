@@ -9,6 +9,7 @@
 #include "horovodlite/horovodlite.h"
 #include "horovodlite/version.h"
 #include "kernels/reduce.h"
+#include "transport/world.h"
 
 namespace horovodlite {
 
@@ -38,13 +39,7 @@ BuildInfo build_info() {
   return info;
 }
 
-bool gloo_built() {
-#ifdef HVL_HAVE_GLOO
-  return true;
-#else
-  return false;
-#endif
-}
+bool gloo_built() { return transport::gloo_transport_built(); }
 
 int mpi_thread_level() {
   int initialized = 0, finalized = 0;

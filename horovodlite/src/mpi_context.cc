@@ -11,6 +11,8 @@
 #include "horovodlite/horovodlite.h"
 #include "kernels/reduce.h"
 #include "logging.h"
+#include "recursive_doubling.h"
+#include "transport/collectives.h"
 
 namespace horovodlite {
 
@@ -49,6 +51,7 @@ Status mpi_call_status(int rc, const char* call_text) {
   return mpi_status(rc, text.substr(0, text.find('(')).c_str());
 }
 
+namespace {
 Status agree_across_ranks(MPI_Comm comm, const Status& local, const std::string& name, const char* elsewhere) {
   int ok = local.ok() ? 1 : 0;
   HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, comm));
@@ -56,6 +59,7 @@ Status agree_across_ranks(MPI_Comm comm, const Status& local, const std::string&
   if (!ok) return Status::Aborted("collective on '" + name + "' failed on another rank (" + elsewhere + ")");
   return Status::OK();
 }
+}  // namespace
 
 namespace {
 template <typename T>
@@ -220,7 +224,94 @@ Status MpiContext::init_subset(const MpiContext& parent, MPI_Comm comm) {
   return init_communicators();
 }
 
+Status MpiContext::init_transport(transport::ContextPtr wire) {
+  if (!wire) return Status::InvalidArgument("init_transport: no transport context");
+  wire_ = std::move(wire);
+  thread_level_ = MPI_THREAD_MULTIPLE;  // no MPI: nothing the program calls can collide with ours
+  return init_transport_layout();
+}
+
+Status MpiContext::init_subset_transport(const MpiContext& parent, transport::ContextPtr wire) {
+  if (!wire) return Status::InvalidArgument("init_subset_transport: no transport context");
+  wire_ = std::move(wire);
+  owns_types_ = false;
+  thread_level_ = parent.thread_level_;
+  return init_transport_layout();
+}
+
+Status MpiContext::init_transport_layout() {
+  const transport::Context& w = *wire_;
+  rank_ = w.rank();
+  size_ = w.size();
+  local_rank_ = w.local_rank();
+  local_size_ = w.local_size();
+  cross_rank_ = w.cross_rank();
+  cross_size_ = w.cross_size();
+  eager_message_bytes_ = 0;  // no eager limit to respect: messages go as they are
+  // Collective over the members, in the same order on every rank.
+  HVL_RETURN_IF_ERROR(wire_->split(w.topology().host_order(), "host_order", &host_wire_));
+  return wire_->dup("control", &control_);
+}
+
+Status MpiContext::agree(const Status& local, const std::string& name, const char* elsewhere) const {
+  if (uses_mpi()) return agree_across_ranks(comm_, local, name, elsewhere);
+  int64_t failed = local.ok() ? 0 : 1;
+  HVL_RETURN_IF_ERROR(max_int64(&failed, 1));
+  if (!local.ok()) return local;
+  if (failed) return Status::Aborted("collective on '" + name + "' failed on another rank (" + elsewhere + ")");
+  return Status::OK();
+}
+
+Status MpiContext::max_int64(int64_t* v, int n) const {
+  if (uses_mpi()) {
+    HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX, comm_));
+    return Status::OK();
+  }
+  std::vector<uint64_t> words(static_cast<size_t>(n));
+  std::memcpy(words.data(), v, words.size() * sizeof(uint64_t));
+  RecursiveDoubling exchange(control_);
+  HVL_RETURN_IF_ERROR(exchange.run(words.data(), words.size(), [n](const uint64_t* in, uint64_t* inout) {
+    for (int i = 0; i < n; ++i) {
+      int64_t a = 0, b = 0;
+      std::memcpy(&a, in + i, sizeof(a));
+      std::memcpy(&b, inout + i, sizeof(b));
+      if (a > b) inout[i] = in[i];
+    }
+  }));
+  std::memcpy(v, words.data(), words.size() * sizeof(uint64_t));
+  return Status::OK();
+}
+
+Status MpiContext::allgather(const void* mine, size_t bytes, void* all) const {
+  if (uses_mpi()) {
+    HVL_MPI_CHECK(
+        MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, comm_));
+    return Status::OK();
+  }
+  return transport_ops::allgatherv(*control_, mine, all, std::vector<size_t>(static_cast<size_t>(size_), bytes));
+}
+
+Status MpiContext::broadcast(void* buf, size_t bytes, int root) const {
+  if (uses_mpi()) {
+    HVL_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_));
+    return Status::OK();
+  }
+  return transport_ops::broadcast(*control_, buf, bytes, root, transport::kControlBackoff);
+}
+
+Status MpiContext::alltoall_int64(const int64_t* send, int64_t* recv) const {
+  if (uses_mpi()) {
+    HVL_MPI_CHECK(MPI_Alltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, comm_));
+    return Status::OK();
+  }
+  const std::vector<size_t> one(static_cast<size_t>(size_), sizeof(int64_t));
+  return transport_ops::alltoallv(*control_, send, one, recv, one);
+}
+
 void MpiContext::release() {
+  control_.reset();
+  host_wire_.reset();
+  wire_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;

@@ -1,7 +1,12 @@
-// Everything MPI: initialisation (or adopting the program's own MPI), the
-// communicators (global, local = same host, cross = same local rank across hosts),
-// datatypes and reduction ops for every dtype (custom ones for fp16/bf16), and a
-// wait that does not busy-spin.
+// The job's ranks and how to reach them. Under mpirun: everything MPI:
+// initialisation (or adopting the program's own MPI), the communicators (global,
+// local = same host, cross = same local rank across hosts), datatypes and
+// reduction ops for every dtype (custom ones for fp16/bf16), and a wait that does
+// not busy-spin. In a job without MPI (Gloo: init_transport) the same ranks,
+// sizes and host layout come from a transport context (transport/transport.h)
+// and there is no MPI communicator (comm() is MPI_COMM_NULL, uses_mpi() false).
+// The control collectives below (agree, max_int64, allgather, broadcast) run on
+// either, for the set-up steps that every algorithm and the runtime share.
 #pragma once
 
 #include <mpi.h>
@@ -9,6 +14,7 @@
 #include <string>
 
 #include "horovodlite/common.h"
+#include "transport/transport.h"
 
 namespace horovodlite {
 
@@ -23,6 +29,10 @@ struct Communicator {
   MPI_Comm host_ordered = MPI_COMM_NULL;
   // MpiContext::eager_message_bytes (0: unknown).
   int64_t eager_message_bytes = 0;
+  // A job without MPI: the set's transport context, and the same ranks in host
+  // order (what host_ordered is for MPI); null under MPI.
+  transport::ContextPtr wire;
+  transport::ContextPtr host_wire;
 };
 
 class MpiContext {
@@ -39,10 +49,43 @@ class MpiContext {
   // reduction ops are borrowed from `parent`, which must outlive this context.
   // Collective over `comm`.
   Status init_subset(const MpiContext& parent, MPI_Comm comm);
+  // A job without MPI: the ranks of `wire` (the Gloo world), their host layout
+  // from its topology. Collective over wire (splits private channels from it).
+  Status init_transport(transport::ContextPtr wire);
+  // A process set's context over `wire` (split from the parent's; this process
+  // is a member). Collective over wire.
+  Status init_subset_transport(const MpiContext& parent, transport::ContextPtr wire);
   void release();
 
+  // false in a job without MPI (init_transport): comm() and the other
+  // communicators are then MPI_COMM_NULL and wire() carries everything.
+  bool uses_mpi() const { return wire_ == nullptr; }
+  // The transport context of a job without MPI (null under MPI). Algorithms
+  // take private channels from it (Context::dup) while every rank builds them.
+  const transport::ContextPtr& wire() const { return wire_; }
+  // wire()'s ranks in host order (host_comm's order), null under MPI.
+  const transport::ContextPtr& host_wire() const { return host_wire_; }
+
+  // ---- control collectives (MPI or the transport), over every rank here ----
+  // For a collective whose preparation can fail on some ranks only (output
+  // allocation, size limits, device set-up): every rank learns of a failure
+  // before any enters the collective, or the others would wait in it forever.
+  // Returns `local` if it failed here, kAborted naming `name` and `elsewhere` if
+  // it failed on another rank, OK if it succeeded everywhere.
+  Status agree(const Status& local, const std::string& name, const char* elsewhere) const;
+  // v[i] = the maximum of v[i] over the ranks.
+  Status max_int64(int64_t* v, int n) const;
+  // Every rank's `bytes` bytes, in rank order, into `all` (size() * bytes).
+  Status allgather(const void* mine, size_t bytes, void* all) const;
+  // `bytes` bytes from `root` to every rank.
+  Status broadcast(void* buf, size_t bytes, int root) const;
+  // send[j]: what this rank tells rank j; recv[j]: what rank j told this one.
+  Status alltoall_int64(const int64_t* send, int64_t* recv) const;
+
   MPI_Comm comm() const { return comm_; }
-  Communicator global() const { return Communicator{comm_, rank_, size_, host_comm_, eager_message_bytes_}; }
+  Communicator global() const {
+    return Communicator{comm_, rank_, size_, host_comm_, eager_message_bytes_, wire_, host_wire_};
+  }
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
@@ -78,6 +121,11 @@ class MpiContext {
   // Collective: eager_message_bytes_.
   Status agree_eager_message_bytes();
 
+  // A job without MPI: the world (or set), its host-ordered twin, and a private
+  // channel for the control collectives.
+  Status init_transport_layout();
+  transport::ContextPtr wire_, host_wire_, control_;
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
@@ -107,13 +155,6 @@ Status mpi_status(int rc, const char* call);
 // The same for the text of a call expression: names the function only
 // ("MPI_Isend(buf, n, ...)" -> "MPI_Isend").
 Status mpi_call_status(int rc, const char* call_text);
-
-// For a collective whose preparation can fail on some ranks only (output
-// allocation, size limits, device setup): every rank learns of a failure before
-// any enters the collective, or the others would wait in it forever. Returns
-// `local` if it failed here, kAborted naming `name` and `elsewhere` if it failed
-// on another rank, OK if it succeeded everywhere.
-Status agree_across_ranks(MPI_Comm comm, const Status& local, const std::string& name, const char* elsewhere);
 
 }  // namespace horovodlite
 

@@ -333,7 +333,7 @@ Status ProcessSetTable::register_set(std::vector<int> ranks, int32_t* id) {
   // Every rank must pass the same (valid) ranks: agree before anything is built.
   const int64_t h = local.ok() ? ranks_hash(ranks) : -1;
   int64_t agree[3] = {h, -h, local.ok() ? 0 : 1};
-  HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, agree, 3, MPI_INT64_T, MPI_MAX, mpi_.comm()));
+  HVL_RETURN_IF_ERROR(mpi_.max_int64(agree, 3));
   if (!local.ok()) return local;
   if (agree[2] != 0)
     return Status::InvalidArgument("process set ranks [" + rank_list(ranks) +
@@ -357,11 +357,20 @@ Status ProcessSetTable::register_set(std::vector<int> ranks, int32_t* id) {
   const auto pos = std::find(ranks.begin(), ranks.end(), mpi_.rank());
   const bool member = pos != ranks.end();
   MPI_Comm comm = MPI_COMM_NULL;
-  HVL_MPI_CHECK(MPI_Comm_split(mpi_.comm(), member ? 0 : MPI_UNDEFINED, static_cast<int>(pos - ranks.begin()), &comm));
+  transport::ContextPtr wire;
+  if (mpi_.uses_mpi()) {
+    // Collective over every rank.
+    HVL_MPI_CHECK(
+        MPI_Comm_split(mpi_.comm(), member ? 0 : MPI_UNDEFINED, static_cast<int>(pos - ranks.begin()), &comm));
+  } else if (member) {
+    // Collective over the members only.
+    HVL_RETURN_IF_ERROR(mpi_.wire()->split(ranks, "ps." + std::to_string(set->id), &wire));
+  }
   if (member) {
     set->rank = static_cast<int>(pos - ranks.begin());
     set->own_mpi = std::make_unique<MpiContext>();
-    HVL_RETURN_IF_ERROR(set->own_mpi->init_subset(mpi_, comm));
+    HVL_RETURN_IF_ERROR(mpi_.uses_mpi() ? set->own_mpi->init_subset(mpi_, comm)
+                                        : set->own_mpi->init_subset_transport(mpi_, std::move(wire)));
     set->mpi = set->own_mpi.get();
     build_member(*set);
   }
@@ -393,8 +402,9 @@ Status ProcessSetTable::unregister_set(int32_t id) {
       set.removing = true;  // no new ops while the ranks agree
     }
   }
-  std::vector<int> all(static_cast<size_t>(mpi_.size()));
-  HVL_MPI_CHECK(MPI_Allgather(&busy, 1, MPI_INT, all.data(), 1, MPI_INT, mpi_.comm()));
+  std::vector<int32_t> all(static_cast<size_t>(mpi_.size()));
+  const int32_t mine = busy;
+  HVL_RETURN_IF_ERROR(mpi_.allgather(&mine, sizeof(mine), all.data()));
   std::vector<int> busy_ranks;
   for (int r = 0; r < mpi_.size(); ++r)
     if (all[static_cast<size_t>(r)]) busy_ranks.push_back(r);

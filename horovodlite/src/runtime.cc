@@ -1,7 +1,10 @@
 #include "runtime.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <sstream>
 
 #ifdef __linux__
@@ -10,6 +13,7 @@
 
 #include "job_failure.h"
 #include "logging.h"
+#include "transport/world.h"
 
 namespace horovodlite {
 
@@ -17,14 +21,26 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   std::shared_ptr<Runtime> rt(new Runtime());
   HVL_RETURN_IF_ERROR(Config::from_env(&rt->config_));
   set_log_level(rt->config_.log_level);
-  HVL_RETURN_IF_ERROR(rt->mpi_.init(static_cast<const MPI_Comm*>(options.mpi_comm)));
+  if (rt->config_.transport == Config::Transport::kGloo) {
+    // A job without MPI: the world comes from the launcher's rendezvous store.
+    if (options.mpi_comm != nullptr) {
+      return Status::InvalidArgument(
+          "init: an MPI communicator was passed (InitOptions::mpi_comm) but this is a Gloo job "
+          "(HOROVOD_CONTROLLER=gloo or started by horovodlite-run --gloo)");
+    }
+    transport::ContextPtr world;
+    HVL_RETURN_IF_ERROR(transport::connect_world(rt->config_, &world));
+    HVL_RETURN_IF_ERROR(rt->mpi_.init_transport(std::move(world)));
+  } else {
+    HVL_RETURN_IF_ERROR(rt->mpi_.init(static_cast<const MPI_Comm*>(options.mpi_comm)));
+  }
   set_log_rank(rt->mpi_.rank());
   HVL_RETURN_IF_ERROR(rt->agree_on_settings());
   rt->watchdog_ = std::make_unique<Watchdog>(
       rt->config_.peer_timeout_s,
       [r = rt.get()](const std::string& step, double waited) { r->on_peer_timeout(step, waited); });
   // Host names, so that the watchdog names the peer a ring waited for.
-  HVL_RETURN_IF_ERROR(rt->watchdog_->learn_peers(rt->mpi_.comm()));
+  HVL_RETURN_IF_ERROR(rt->watchdog_->learn_peers(rt->mpi_));
   rt->sets_ = std::make_unique<ProcessSetTable>(rt->mpi_, rt->config_, rt->timeline_, *rt->watchdog_);
   rt->sets_->add_global();
   if (rt->config_.autotune) {
@@ -73,8 +89,8 @@ Status Runtime::agree_on_settings() {
     // Only rank 0 opens the file; every rank learns the outcome, so that init
     // fails everywhere or nowhere (init is collective: no rank is left waiting).
     Status ts = start_timeline(config_.timeline_path, config_.timeline_mark_cycles);
-    int ok = ts.ok() ? 1 : 0;
-    HVL_MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, mpi_.comm()));
+    int32_t ok = ts.ok() ? 1 : 0;
+    HVL_RETURN_IF_ERROR(mpi_.broadcast(&ok, sizeof(ok), 0));
     if (!ok) {
       return Status::InvalidArgument("HOROVODLITE_TIMELINE: " +
                                      (ts.ok() ? "rank 0 cannot open '" + config_.timeline_path + "'" : ts.message()));
@@ -83,7 +99,7 @@ Status Runtime::agree_on_settings() {
   // The bit vector's size and the eager slots follow these: every rank must agree.
   int64_t v[4] = {config_.cache_capacity, -config_.cache_capacity, config_.eager_allreduce_bytes,
                   -config_.eager_allreduce_bytes};
-  HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_INT64_T, MPI_MAX, mpi_.comm()));
+  HVL_RETURN_IF_ERROR(mpi_.max_int64(v, 4));
   if (v[0] != -v[1] || v[2] != -v[3]) {
     const bool cache = v[0] != -v[1];
     return Status::InvalidArgument(
@@ -139,9 +155,13 @@ void Runtime::on_peer_timeout(const std::string& step, double waited_s) {
     for (auto& e : sets_->close(s)) e->handle->complete(s);
   // Leave a complete file behind (a failure to close it changes nothing now).
   if (!timeline_.stop().ok()) HVL_LOG(kWarning, "could not close the timeline");
-  // The background thread is stuck in MPI and cannot be joined: only ending the
-  // job ends the wait. MPI_Abort makes mpirun stop every rank with a non-zero exit.
-  MPI_Abort(mpi_.comm(), 1);
+  // The background thread is stuck in a wait and cannot be joined: only ending
+  // the job ends it. MPI_Abort makes mpirun stop every rank with a non-zero
+  // exit; without MPI this process leaves (the launcher, seeing a worker fail,
+  // ends the job or, elastic, re-forms it without this worker).
+  if (mpi_.uses_mpi()) MPI_Abort(mpi_.comm(), 1);
+  std::fflush(stderr);
+  _exit(kJobFailureExitCode);
 }
 
 Stats Runtime::stats() const {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "mpi_context.h"
@@ -30,18 +31,25 @@ int world_rank_of(MPI_Comm comm, int rank) {
   return out == MPI_UNDEFINED ? -1 : out;
 }
 
-Status Watchdog::learn_peers(MPI_Comm comm) {
+Status Watchdog::learn_peers(const MpiContext& world) {
   struct Entry {
     int world_rank;
     char host[124];
   } mine{};
-  MPI_Comm_rank(MPI_COMM_WORLD, &mine.world_rank);
-  if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) std::strcpy(mine.host, "?");
-  int size = 0;
-  HVL_MPI_CHECK_AS(MPI_Comm_size(comm, &size), "MPI_Comm_size (watchdog)");
-  std::vector<Entry> all(static_cast<size_t>(size));
-  HVL_MPI_CHECK_AS(MPI_Allgather(&mine, sizeof(Entry), MPI_BYTE, all.data(), sizeof(Entry), MPI_BYTE, comm),
-                   "MPI_Allgather (host names, watchdog)");
+  if (world.uses_mpi()) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &mine.world_rank);
+  } else {
+    mine.world_rank = world.wire()->world_rank(world.rank());
+  }
+  // A Gloo launcher names each worker's host (HOROVOD_HOSTNAME: -H's names).
+  const char* named = world.uses_mpi() ? nullptr : std::getenv("HOROVOD_HOSTNAME");
+  if (named != nullptr && *named != '\0') {
+    std::strncpy(mine.host, named, sizeof(mine.host) - 1);
+  } else if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) {
+    std::strcpy(mine.host, "?");
+  }
+  std::vector<Entry> all(static_cast<size_t>(world.size()));
+  HVL_RETURN_IF_ERROR(world.allgather(&mine, sizeof(Entry), all.data()));
   peers_.clear();
   for (const Entry& e : all) peers_.push_back({e.world_rank, std::string(e.host, strnlen(e.host, sizeof(e.host)))});
   return Status::OK();

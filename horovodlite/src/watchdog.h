@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "horovodlite/common.h"
+#include "mpi_context.h"
 
 namespace horovodlite {
 
@@ -39,9 +40,10 @@ class Watchdog {
   void enter(std::string_view step);
   void leave();
 
-  // Collective over `comm` (horovodlite's ranks): every rank's MPI_COMM_WORLD
-  // rank and host name, for naming the peer a step waited for.
-  Status learn_peers(MPI_Comm comm);
+  // Collective over `world` (horovodlite's ranks): every rank's world rank
+  // (MPI_COMM_WORLD's, or the transport's) and host name, for naming the peer
+  // a step waited for.
+  Status learn_peers(const MpiContext& world);
   // " waiting for rank R on host H" for the peer WaitingFor names now; "" for none.
   std::string waiting_for() const;
 

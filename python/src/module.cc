@@ -343,6 +343,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("mpi_threads_supported", &hvt::mpi_threads_supported);
   m.def("nccl_version", &nccl_version);
   m.def("gloo_built", &horovodlite::gloo_built);
+  m.def("mpi_enabled", &horovodlite::mpi_enabled);
+  m.def("gloo_enabled", &horovodlite::gloo_enabled);
   m.attr("cuda_built") = horovodlite::cuda_built();  // the core knows (algorithms.cc)
 #ifdef HVL_HAVE_TIMELINE
   m.attr("timeline_built") = true;

@@ -8,8 +8,8 @@
 
 #include "horovodlite/config.h"
 #include "ops/ring_allreduce.h"
-#include "ops/transport_collectives.h"
 #include "recursive_doubling.h"
+#include "transport/collectives.h"
 #include "transport/gloo_transport.h"
 
 namespace hvl = horovodlite;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "ops/ring_allreduce.h"
-#include "ops/transport_collectives.h"
 #include "recursive_doubling.h"
+#include "transport/collectives.h"
 #include "transport/gloo_transport.h"
 
 namespace {

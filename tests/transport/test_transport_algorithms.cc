@@ -13,8 +13,8 @@
 
 #include "kernels/reduce.h"
 #include "ops/ring_allreduce.h"
-#include "ops/transport_collectives.h"
 #include "recursive_doubling.h"
+#include "transport/collectives.h"
 #include "transport/inproc_transport.h"
 
 namespace {

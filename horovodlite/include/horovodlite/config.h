@@ -122,7 +122,8 @@ struct Config {
   // HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK/_SIZE, HOROVOD_CROSS_RANK/_SIZE
   // (-1: not given, derived from the hostnames), HOROVOD_HOSTNAME,
   // HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT, HOROVOD_GLOO_IFACE,
-  // HOROVOD_GLOO_TIMEOUT_SECONDS (default 30).
+  // HOROVOD_GLOO_TIMEOUT_SECONDS (default 30), HOROVODLITE_GLOO_SCOPE (the
+  // store's scope for this world's keys: "global", or one per elastic generation).
   struct GlooJob {
     int64_t rank = -1, size = -1;
     int64_t local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
@@ -131,6 +132,7 @@ struct Config {
     int64_t rendezvous_port = 0;
     std::string iface;
     double timeout_s = 30.0;
+    std::string scope = "global";
   } gloo;
 
   static Status from_env(Config* out);

@@ -226,6 +226,10 @@ bool cuda_built();
 int nccl_version();
 // Whether the Gloo TCP transport was built (Debian's libgloo-dev; HVL_WITH_GLOO).
 bool gloo_built();
+// Which transport the job runs on: the running one after init(); before it,
+// the one init() would choose from the environment (Config::transport).
+bool mpi_enabled();
+bool gloo_enabled();
 // Number of CUDA devices this process can use (0 without CUDA or without a GPU).
 int cuda_device_count();
 

@@ -82,7 +82,7 @@ Status DeviceContext::ensure(int device, bool* repeated) {
   if (local.ok()) {
     local = cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   }
-  Status s = agree_across_ranks(mpi_.comm(), local, "device set-up", "its GPU could not be set up");
+  Status s = mpi_.agree(local, "device set-up", "its GPU could not be set up");
   if (s.ok() && config_.gpu_operations == Config::GpuOperations::kNccl) {
     // Two ranks on one GPU: one clear error on every rank, before NCCL fails
     // (the same on every rank: each sees every rank's GPU).

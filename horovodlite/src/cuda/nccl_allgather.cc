@@ -25,7 +25,7 @@ Status NcclAllgather::enqueue(const OpArgs& args) {
     rows += r.tensor_sizes[i];
   }
   TensorView out;
-  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), ctx().mpi().comm(), Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), ctx().mpi(), Status::OK(), &out));
   HVL_RETURN_IF_ERROR(ctx().wait_ready({&e}));  // the allocator may have re-recorded the ready event
   const bool even = std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; });
   ncclComm_t comm = ctx().comm()->get();

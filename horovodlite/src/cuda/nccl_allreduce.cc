@@ -32,8 +32,7 @@ NcclHierarchicalAllreduce::NcclHierarchicalAllreduce(std::shared_ptr<DeviceConte
     : DeviceAllreduce(std::move(ctx)), mpi_(mpi) {
   // Collective: every rank builds the same algorithms in the same order. A
   // failure on any rank disables this algorithm on every rank.
-  const Status s = agree_across_ranks(mpi.comm(), split(mpi), "hierarchical allreduce set-up",
-                                      "its communicators could not be split");
+  const Status s = mpi.agree(split(mpi), "hierarchical allreduce set-up", "its communicators could not be split");
   if (!s.ok()) {
     HVL_LOG(kWarning, "the hierarchical allreduce is disabled: " << s.message());
     homogeneous_ = false;

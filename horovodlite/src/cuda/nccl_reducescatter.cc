@@ -31,8 +31,8 @@ Status NcclReducescatter::enqueue(const OpArgs& args) {
     off += counts[i];
   }
   TensorView out;
-  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, rank)), ctx().mpi().comm(),
-                                      Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(
+      allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, rank)), ctx().mpi(), Status::OK(), &out));
   HVL_RETURN_IF_ERROR(ctx().wait_ready({&e}));
   cudaStream_t stream = ctx().stream();
   const void* send = e.input.data;

@@ -7,7 +7,7 @@
 #include "kernels/reduce.h"
 #include "logging.h"
 #include "ops/fusion.h"
-#include "ops/transport_collectives.h"
+#include "transport/collectives.h"
 #include "transport/mpi_transport.h"
 
 namespace horovodlite::negotiation {
@@ -22,8 +22,10 @@ Controller::Controller(const Communicator& comm, const Config& config, Timeline&
       local_(local),
       readiness_(comm.rank == 0 ? std::make_unique<ReadinessTable>(comm.size, identity_.global_ranks, identity_.where)
                                 : nullptr),
-      wire_(std::make_shared<transport::MpiTransport>(comm.comm)),
-      exchange_(comm.host_ordered != MPI_COMM_NULL ? comm.host_ordered : comm.comm, comm.eager_message_bytes),
+      wire_(comm.wire ? comm.wire : std::make_shared<transport::MpiTransport>(comm.comm)),
+      exchange_(comm.host_wire ? RecursiveDoubling(comm.host_wire, comm.eager_message_bytes)
+                               : RecursiveDoubling(comm.host_ordered != MPI_COMM_NULL ? comm.host_ordered : comm.comm,
+                                                   comm.eager_message_bytes)),
       cache_(static_cast<size_t>(config.cache_capacity)),
       votes_(static_cast<size_t>(config.cache_capacity), comm.size),
       stall_(config) {}
@@ -386,23 +388,24 @@ Status Controller::negotiate(std::vector<Response>* out) {
 }
 
 Status Controller::share_stall_reason(std::string* reason) {
-  MPI_Request req;
   watchdog_.enter("shutdown (sharing the stall reason)");
   struct Leave {
     Watchdog& w;
     ~Leave() { w.leave(); }
   } leave{watchdog_};
-  int from = reason->empty() ? comm_.size : comm_.rank;  // the lowest rank that knows one sends it
-  HVL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &from, 1, MPI_INT, MPI_MIN, comm_.comm, &req));
-  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallreduce"));
-  if (from == comm_.size) return Status::OK();  // not a stall
+  // The lowest rank that knows a reason sends it (the vote's exchange: a min).
+  uint64_t from = static_cast<uint64_t>(reason->empty() ? comm_.size : comm_.rank);
+  HVL_RETURN_IF_ERROR(exchange_.run(&from, 1, [](const uint64_t* in, uint64_t* inout) {
+    if (*in < *inout) *inout = *in;
+  }));
+  if (from == static_cast<uint64_t>(comm_.size)) return Status::OK();  // not a stall
+  const int root = static_cast<int>(from);
   int64_t len = static_cast<int64_t>(reason->size());
-  HVL_MPI_CHECK(MPI_Ibcast(&len, 1, MPI_INT64_T, from, comm_.comm, &req));
-  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  HVL_RETURN_IF_ERROR(transport_ops::broadcast(*wire_, &len, sizeof(len), root, transport::kControlBackoff));
   std::string shared = *reason;
   shared.resize(static_cast<size_t>(len));
-  HVL_MPI_CHECK(MPI_Ibcast(shared.data(), static_cast<int>(len), MPI_CHAR, from, comm_.comm, &req));
-  HVL_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast"));
+  HVL_RETURN_IF_ERROR(
+      transport_ops::broadcast(*wire_, shared.data(), static_cast<size_t>(len), root, transport::kControlBackoff));
   if (reason->empty()) *reason = std::move(shared);
   return Status::OK();
 }

@@ -423,7 +423,7 @@ AdasumAllreduce::AdasumAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBu
   // Collective: every rank builds the same registry. A failed duplicate on any
   // rank makes every Adasum response fail on every rank (with this reason).
   Status dup = mpi_status(MPI_Comm_dup(mpi.comm(), &comm_), "MPI_Comm_dup (Adasum)");
-  init_status_ = agree_across_ranks(mpi.comm(), dup, "Adasum set-up", "making its communicator failed there");
+  init_status_ = mpi.agree(dup, "Adasum set-up", "making its communicator failed there");
   if (init_status_.ok()) adasum_ = std::make_unique<Adasum>(comm_);
 }
 

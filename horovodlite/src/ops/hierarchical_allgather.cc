@@ -28,7 +28,7 @@ HierarchicalAllgather::HierarchicalAllgather(const MpiContext& mpi, const Config
   if (s.ok()) {
     s = mpi_status(MPI_Allgather(&me, 1, MPI_INT, cross_members_.data(), 1, MPI_INT, cross_), "MPI_Allgather (cross)");
   }
-  s = agree_across_ranks(mpi.comm(), s, "hierarchical allgather set-up", "it failed there");
+  s = mpi.agree(s, "hierarchical allgather set-up", "it failed there");
   if (!s.ok()) {
     HVL_LOG(kWarning, "the hierarchical allgather is disabled: " << s.message());
     return;

@@ -53,7 +53,7 @@ HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config
   if (threshold < 0) return;
   Status dup = mpi_status(MPI_Comm_dup(mpi.local_comm(), &local_), "MPI_Comm_dup (local)");
   if (dup.ok()) dup = mpi_status(MPI_Comm_dup(mpi.cross_comm(), &cross_), "MPI_Comm_dup (cross)");
-  dup = agree_across_ranks(mpi.comm(), dup, "hierarchical allreduce set-up", "MPI_Comm_dup failed there");
+  dup = mpi.agree(dup, "hierarchical allreduce set-up", "MPI_Comm_dup failed there");
   if (!dup.ok()) {
     HVL_LOG(kWarning, "the hierarchical allreduce is disabled: " << dup.message());
     return;
@@ -61,7 +61,7 @@ HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config
   // The ring crosses hosts: segments that go eagerly (ops/ring_segment.h).
   int64_t segment = config.ring_segment_bytes;
   Status seg = ring_segment_bytes(cross_, config.ring_segment_bytes, true, &segment);
-  seg = agree_across_ranks(mpi.comm(), seg, "hierarchical allreduce set-up", "choosing its segment size failed there");
+  seg = mpi.agree(seg, "hierarchical allreduce set-up", "choosing its segment size failed there");
   if (!seg.ok()) {
     HVL_LOG(kWarning, "the hierarchical allreduce is disabled: " << seg.message());
     return;

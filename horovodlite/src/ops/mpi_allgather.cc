@@ -14,7 +14,7 @@ Status MpiAllgather::allgather(const Response& r, TensorEntry& e) {
   std::vector<int> counts, displs;
   HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, allgather_counts(r, e.input.shape), &counts, &displs));
   TensorView out;
-  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_.comm(), Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_, Status::OK(), &out));
   HVL_RETURN_IF_ERROR(exchange(e.input.data, out.data, counts, displs, MpiContext::move_type(r.dtype)));
   e.handle->set_output(out);
   return Status::OK();
@@ -61,8 +61,7 @@ Status MpiAllgather::fused(const OpArgs& args) {
     buf = static_cast<char*>(fusion_->get(std::max<size_t>(static_cast<size_t>(total) * elem, 1)));
     if (buf == nullptr) local = Status::Internal("out of memory allocating the allgather fusion buffer");
   }
-  HVL_RETURN_IF_ERROR(
-      agree_across_ranks(mpi_.comm(), local, r.names[0], "its output was too large or could not be allocated"));
+  HVL_RETURN_IF_ERROR(mpi_.agree(local, r.names[0], "its output was too large or could not be allocated"));
 
   {
     ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <vector>
+
 #include "mpi_context.h"
 #include "ops/algorithm.h"
 
@@ -13,9 +15,15 @@ class MpiAlltoall : public Algorithm {
   bool enabled(const Response&) const override { return true; }
   OpResult run(const OpArgs& args) override { return OpResult{alltoall(args.response, *args.entries.at(0)), name()}; }
 
+ protected:
+  // The exchange: sc[j] elements of `dtype` from `in` at sd[j] go to rank j;
+  // rc[j] from rank j arrive in `out` at rd[j].
+  virtual Status exchange(const void* in, const std::vector<int>& sc, const std::vector<int>& sd, void* out,
+                          const std::vector<int>& rc, const std::vector<int>& rd, DataType dtype);
+  const MpiContext& mpi_;
+
  private:
   Status alltoall(const Response& r, TensorEntry& e);
-  const MpiContext& mpi_;
 };
 
 }  // namespace horovodlite

@@ -13,9 +13,13 @@ class MpiBroadcast : public Algorithm {
   bool enabled(const Response&) const override { return true; }
   OpResult run(const OpArgs& args) override { return OpResult{broadcast(args.response, *args.entries.at(0)), name()}; }
 
+ protected:
+  // `count` elements of `dtype` at `data` from `root` to every rank.
+  virtual Status bcast(void* data, int64_t count, DataType dtype, int root);
+  const MpiContext& mpi_;
+
  private:
   Status broadcast(const Response& r, TensorEntry& e);
-  const MpiContext& mpi_;
 };
 
 }  // namespace horovodlite

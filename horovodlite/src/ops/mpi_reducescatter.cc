@@ -18,13 +18,12 @@ Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e) {
   std::vector<int> icounts, displs;
   HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, counts, &icounts, &displs));
   TensorView out;
-  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, mpi_.rank())), mpi_.comm(),
-                                      Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(
+      allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, mpi_.rank())), mpi_, Status::OK(), &out));
   char* tmp = static_cast<char*>(fusion_->get(std::max<size_t>(total * elem, 1)));
   if (tmp == nullptr) return Status::Internal("out of memory allocating a reducescatter buffer");
   kernels::scale_copy(tmp, e.input.data, total, r.dtype, r.prescale);
-  HVL_MPI_CHECK(MPI_Reduce_scatter(tmp, out.data, icounts.data(), mpi_.reduce_type(r.dtype),
-                                   mpi_.reduce_op(effective_op(r.reduce_op), r.dtype), mpi_.comm()));
+  HVL_RETURN_IF_ERROR(reduce_scatter(tmp, out.data, icounts, r.dtype, effective_op(r.reduce_op)));
   const double post = effective_postscale(r, size);
   if (post != 1.0) kernels::scale(out.data, counts[mpi_.rank()], r.dtype, post);
   e.handle->set_output(out);
@@ -66,8 +65,7 @@ Status MpiReducescatter::fused(const OpArgs& args) {
     buf = static_cast<char*>(fusion_->get(std::max<size_t>(static_cast<size_t>(total + block[me]) * elem, 1)));
     if (buf == nullptr) local = Status::Internal("out of memory allocating the reducescatter fusion buffer");
   }
-  HVL_RETURN_IF_ERROR(
-      agree_across_ranks(mpi_.comm(), local, r.names[0], "its output was too large or could not be allocated"));
+  HVL_RETURN_IF_ERROR(mpi_.agree(local, r.names[0], "its output was too large or could not be allocated"));
   char* result = buf + total * static_cast<int64_t>(elem);
 
   {
@@ -86,8 +84,7 @@ Status MpiReducescatter::fused(const OpArgs& args) {
   }
   {
     ObservedPhase phase(args.observer, r, name());
-    HVL_MPI_CHECK(MPI_Reduce_scatter(buf, result, icounts.data(), mpi_.reduce_type(r.dtype),
-                                     mpi_.reduce_op(effective_op(r.reduce_op), r.dtype), mpi_.comm()));
+    HVL_RETURN_IF_ERROR(reduce_scatter(buf, result, icounts, r.dtype, effective_op(r.reduce_op)));
   }
   {
     ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
@@ -100,6 +97,13 @@ Status MpiReducescatter::fused(const OpArgs& args) {
     }
   }
   for (size_t t = 0; t < n; ++t) entries[t]->handle->set_output(outs[t]);
+  return Status::OK();
+}
+
+Status MpiReducescatter::reduce_scatter(const void* in, void* out, const std::vector<int>& counts, DataType dtype,
+                                        ReduceOp op) {
+  HVL_MPI_CHECK(
+      MPI_Reduce_scatter(in, out, counts.data(), mpi_.reduce_type(dtype), mpi_.reduce_op(op, dtype), mpi_.comm()));
   return Status::OK();
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "mpi_context.h"
 #include "ops/algorithm.h"
@@ -23,10 +24,15 @@ class MpiReducescatter : public Algorithm {
     return OpResult{args.entries.size() == 1 ? reducescatter(args.response, *args.entries[0]) : fused(args), name()};
   }
 
+ protected:
+  // `in` holds every rank's block in rank order (counts[k] elements of rank k);
+  // this rank's block of the reduction (op: Sum for Average) goes to `out`.
+  virtual Status reduce_scatter(const void* in, void* out, const std::vector<int>& counts, DataType dtype, ReduceOp op);
+  const MpiContext& mpi_;
+
  private:
   Status reducescatter(const Response& r, TensorEntry& e);
   Status fused(const OpArgs& args);
-  const MpiContext& mpi_;
   std::shared_ptr<FusionBuffer> fusion_;
 };
 

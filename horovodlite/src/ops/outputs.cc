@@ -22,12 +22,9 @@ std::vector<int64_t> reducescatter_counts(const Shape& shape, int size) {
   return counts;
 }
 
-Status exchange_splits(const TensorEntry& e, MPI_Comm comm, std::vector<int64_t>* received) {
-  int size = 0;
-  HVL_MPI_CHECK(MPI_Comm_size(comm, &size));
-  received->assign(size, 0);
-  HVL_MPI_CHECK(MPI_Alltoall(e.splits.data(), 1, MPI_INT64_T, received->data(), 1, MPI_INT64_T, comm));
-  return Status::OK();
+Status exchange_splits(const TensorEntry& e, const MpiContext& comm, std::vector<int64_t>* received) {
+  received->assign(static_cast<size_t>(comm.size()), 0);
+  return comm.alltoall_int64(e.splits.data(), received->data());
 }
 
 Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts, std::vector<int>* out,
@@ -48,9 +45,9 @@ Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts
   return Status::OK();
 }
 
-Status allocate_output(TensorEntry& e, const Shape& shape, MPI_Comm comm, Status local, TensorView* out) {
+Status allocate_output(TensorEntry& e, const Shape& shape, const MpiContext& comm, Status local, TensorView* out) {
   if (local.ok()) local = e.allocate(shape, out);
-  return agree_across_ranks(comm, local, e.request.name, "its output was too large or could not be allocated");
+  return comm.agree(local, e.request.name, "its output was too large or could not be allocated");
 }
 
 }  // namespace horovodlite

@@ -3,14 +3,13 @@
 // algorithms, and allocated so that a failure on one rank is an error on all.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "entry.h"
 #include "message.h"
+#include "mpi_context.h"
 
 namespace horovodlite {
 
@@ -20,15 +19,15 @@ std::vector<int64_t> allgather_counts(const Response& r, const Shape& input_shap
 std::vector<int64_t> reducescatter_counts(const Shape& shape, int size);
 // alltoall: tells every rank how many rows this rank sends it (e.splits) and
 // returns how many each rank sends this one.
-Status exchange_splits(const TensorEntry& e, MPI_Comm comm, std::vector<int64_t>* received);
+Status exchange_splits(const TensorEntry& e, const MpiContext& comm, std::vector<int64_t>* received);
 
 // Element counts and displacements as MPI ints, or an error naming the tensor.
 Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts, std::vector<int>* out,
                      std::vector<int>* displs);
 
 // If `local` is OK, allocates e's output of `shape`; then agrees with every rank
-// of `comm` (agree_across_ranks): a collective must not start on some ranks
+// of `comm` (MpiContext::agree): a collective must not start on some ranks
 // while it failed to start on others.
-Status allocate_output(TensorEntry& e, const Shape& shape, MPI_Comm comm, Status local, TensorView* out);
+Status allocate_output(TensorEntry& e, const Shape& shape, const MpiContext& comm, Status local, TensorView* out);
 
 }  // namespace horovodlite

@@ -7,6 +7,22 @@ namespace horovodlite {
 
 RingBackend::RingBackend(const MpiContext& mpi, const Config& config, std::shared_ptr<FusionBuffer> fusion)
     : HostAllreduce(mpi, std::move(fusion)), threshold_(config.ring_threshold_bytes) {
+  if (!mpi.uses_mpi()) {
+    // A job without MPI: the ring serves every size (there is no MPI_Allreduce
+    // to fall back on), in host order, on a channel of its own.
+    threshold_ = 0;
+    transport::ContextPtr wire;
+    Status dup = mpi.host_wire()->dup("ring", &wire);
+    dup = mpi.agree(dup, "ring allreduce set-up", "making its channel failed there");
+    if (!dup.ok()) {
+      HVL_LOG(kWarning, "the ring allreduce is disabled: " << dup.message());
+      return;
+    }
+    RingAllreduceOptions options;
+    options.segment_bytes = config.ring_segment_bytes;
+    ring_ = std::make_unique<RingAllreduce>(std::move(wire), options);
+    return;
+  }
   if (threshold_ < 0 || mpi.size() < 2) return;
   // Collective: every rank builds the same backends. A failed duplicate on any
   // rank disables the ring on every rank (they must all choose alike).
@@ -15,7 +31,7 @@ RingBackend::RingBackend(const MpiContext& mpi, const Config& config, std::share
   // whatever the mapping of ranks to hosts. Each host link then carries one
   // ring edge per direction, the least a flat ring can.
   Status dup = mpi_status(MPI_Comm_dup(mpi.host_comm(), &comm_), "MPI_Comm_dup (ring order)");
-  dup = agree_across_ranks(mpi.comm(), dup, "ring allreduce set-up", "making its communicator failed there");
+  dup = mpi.agree(dup, "ring allreduce set-up", "making its communicator failed there");
   if (!dup.ok()) {
     HVL_LOG(kWarning, "the ring allreduce is disabled, MPI_Allreduce serves every size: " << dup.message());
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -25,7 +41,7 @@ RingBackend::RingBackend(const MpiContext& mpi, const Config& config, std::share
   // host holding every rank holds every rank everywhere: all ranks agree.
   int64_t segment = config.ring_segment_bytes;
   Status seg = ring_segment_bytes(comm_, config.ring_segment_bytes, mpi.local_size() < mpi.size(), &segment);
-  seg = agree_across_ranks(mpi.comm(), seg, "ring allreduce set-up", "choosing its segment size failed there");
+  seg = mpi.agree(seg, "ring allreduce set-up", "choosing its segment size failed there");
   if (!seg.ok()) {
     HVL_LOG(kWarning, "the ring allreduce is disabled, MPI_Allreduce serves every size: " << seg.message());
     MPI_Comm_free(&comm_);

@@ -11,7 +11,9 @@ namespace horovodlite {
 // messages of at least the configured ring threshold, on two or more ranks.
 class RingBackend : public HostAllreduce {
  public:
-  // Collective over mpi.comm() (duplicates it).
+  // Collective over mpi's ranks (duplicates its host-ordered communicator, or
+  // in a job without MPI takes a channel of the transport, and then serves
+  // every size: there is no MPI_Allreduce there).
   RingBackend(const MpiContext& mpi, const Config& config, std::shared_ptr<FusionBuffer> fusion);
   ~RingBackend() override;
   const char* name() const override { return "RING_ALLREDUCE"; }

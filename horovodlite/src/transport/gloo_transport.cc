@@ -277,8 +277,15 @@ Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
   options.iface = g.iface;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(g.timeout_s * 1000));
   options.prefix = "hvl";
-  return connect_gloo_http(options, g.rendezvous_addr, static_cast<int>(g.rendezvous_port), "global", out);
+  return connect_gloo_http(options, g.rendezvous_addr, static_cast<int>(g.rendezvous_port), g.scope, out);
 }
 
 }  // namespace transport
 }  // namespace horovodlite
+
+// The plugin's entry point, which the core finds with dlsym (transport/world.cc).
+extern "C" __attribute__((visibility("default"))) void hvl_gloo_connect_world(const horovodlite::Config* config,
+                                                                              horovodlite::transport::ContextPtr* out,
+                                                                              horovodlite::Status* status) {
+  *status = horovodlite::transport::connect_gloo_from_config(*config, out);
+}

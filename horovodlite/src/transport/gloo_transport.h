@@ -45,7 +45,8 @@ Status connect_gloo_http(const GlooOptions& options, const std::string& host, in
                          ContextPtr* out);
 
 // A Gloo job's world from its configuration (Config::gloo: the contract's
-// HOROVOD_RANK/SIZE/HOSTNAME/GLOO_* variables), keys under scope "global".
+// HOROVOD_RANK/SIZE/HOSTNAME/GLOO_* variables), keys under its scope
+// (HOROVODLITE_GLOO_SCOPE: "global", or one per elastic generation).
 Status connect_gloo_from_config(const Config& config, ContextPtr* out);
 
 // gloo::rendezvous::Store over the HTTP key-value store (http_store.h).

@@ -190,8 +190,10 @@ def mpi_threads_supported():
 
 
 def mpi_enabled():
-    """horovodlite always runs on MPI."""
-    return True
+    """True when this job runs on MPI (started by mpirun), False on Gloo
+    (horovodlite-run --gloo, elastic, Spark or Ray jobs). Before init(): what
+    init() would choose from the environment."""
+    return bool(_C.mpi_enabled())
 
 
 def mpi_built():
@@ -199,7 +201,8 @@ def mpi_built():
 
 
 def gloo_enabled():
-    return False
+    """True when this job runs on the Gloo transport (see mpi_enabled())."""
+    return bool(_C.gloo_enabled())
 
 
 def gloo_built():

@@ -1,4 +1,4 @@
-#include "ops/transport_collectives.h"
+#include "transport/collectives.h"
 
 #include <cstring>
 #include <numeric>

@@ -1,0 +1,85 @@
+// The host collectives of a job without MPI (Gloo): the MPI algorithms' set-up,
+// fusion and output handling with their wire call replaced by the transport's
+// point-to-point collectives (transport/collectives.h), each on a channel of
+// its own. The allreduce is the ring (RingBackend serves every size there).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "mpi_context.h"
+#include "ops/mpi_allgather.h"
+#include "ops/mpi_alltoall.h"
+#include "ops/mpi_broadcast.h"
+#include "ops/mpi_reducescatter.h"
+#include "transport/transport.h"
+
+namespace horovodlite {
+
+// Every constructor is collective over mpi's ranks (takes a channel).
+class TransportAllgather : public MpiAllgather {
+ public:
+  TransportAllgather(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion);
+  const char* name() const override { return "TRANSPORT_ALLGATHERV"; }
+
+ protected:
+  Status exchange(const void* send, void* buf, const std::vector<int>& counts, const std::vector<int>& displs,
+                  MPI_Datatype type) override;
+
+ private:
+  transport::ContextPtr wire_;
+};
+
+class TransportBroadcast : public MpiBroadcast {
+ public:
+  explicit TransportBroadcast(const MpiContext& mpi);
+  const char* name() const override { return "TRANSPORT_BCAST"; }
+
+ protected:
+  Status bcast(void* data, int64_t count, DataType dtype, int root) override;
+
+ private:
+  transport::ContextPtr wire_;
+};
+
+class TransportAlltoall : public MpiAlltoall {
+ public:
+  explicit TransportAlltoall(const MpiContext& mpi);
+  const char* name() const override { return "TRANSPORT_ALLTOALLV"; }
+
+ protected:
+  Status exchange(const void* in, const std::vector<int>& sc, const std::vector<int>& sd, void* out,
+                  const std::vector<int>& rc, const std::vector<int>& rd, DataType dtype) override;
+
+ private:
+  transport::ContextPtr wire_;
+};
+
+class TransportReducescatter : public MpiReducescatter {
+ public:
+  TransportReducescatter(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion);
+  const char* name() const override { return "TRANSPORT_REDUCE_SCATTER"; }
+
+ protected:
+  Status reduce_scatter(const void* in, void* out, const std::vector<int>& counts, DataType dtype,
+                        ReduceOp op) override;
+
+ private:
+  transport::ContextPtr wire_;
+};
+
+// An op this kind of job cannot run (Adasum needs MPI today): every rank fails
+// it with `why`, naming the tensor, instead of another algorithm running it wrongly.
+class UnavailableAllreduce : public Algorithm {
+ public:
+  UnavailableAllreduce(ReduceOp op, std::string why) : op_(op), why_(std::move(why)) {}
+  const char* name() const override { return "UNAVAILABLE"; }
+  bool enabled(const Response& r) const override { return r.reduce_op == op_; }
+  OpResult run(const OpArgs& args) override;
+
+ private:
+  ReduceOp op_;
+  std::string why_;
+};
+
+}  // namespace horovodlite
