@@ -41,13 +41,14 @@ void abort_job_if_failed() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  HVL_LOG(kError, "ending the whole job (MPI_Abort, exit code "
+  const bool mpi = initialized && !finalized;
+  HVL_LOG(kError, (mpi ? "ending the whole job (MPI_Abort, exit code " : "exiting (exit code ")
                       << kJobFailureExitCode
                       << ") instead of waiting for the other ranks at exit, which are out of step after: " << reason);
   std::fflush(stderr);
   // MPI_Abort tells mpirun, which ends every rank of the job (including one stuck
   // in its own code) and exits non-zero.
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, kJobFailureExitCode);
+  if (mpi) MPI_Abort(MPI_COMM_WORLD, kJobFailureExitCode);
   _exit(kJobFailureExitCode);
 }
 

@@ -28,6 +28,7 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
           "init: an MPI communicator was passed (InitOptions::mpi_comm) but this is a Gloo job "
           "(HOROVOD_CONTROLLER=gloo or started by horovodlite-run --gloo)");
     }
+    transport::clear_interrupt();  // a wait interrupted in the last runtime (on_peer_timeout)
     transport::ContextPtr world;
     HVL_RETURN_IF_ERROR(transport::connect_world(rt->config_, &world));
     HVL_RETURN_IF_ERROR(rt->mpi_.init_transport(std::move(world)));
@@ -146,22 +147,26 @@ Status Runtime::stop_timeline() { return timeline_.stop(); }
 void Runtime::on_peer_timeout(const std::string& step, double waited_s) {
   std::ostringstream os;
   os << "rank " << mpi_.rank() << ": no progress for " << static_cast<int>(waited_s) << " s in " << step
-     << ": a peer rank has died or hung (mpirun's messages name a rank that exited); aborting the job "
-        "(HOROVODLITE_PEER_TIMEOUT_SECONDS="
-     << config_.peer_timeout_s << ", 0 disables)";
+     << (mpi_.uses_mpi()
+             ? ": a peer rank has died or hung (mpirun's messages name a rank that exited); aborting the job "
+             : ": a peer rank has died or hung, or its host is unreachable; failing every op in flight ")
+     << "(HOROVODLITE_PEER_TIMEOUT_SECONDS=" << config_.peer_timeout_s << ", 0 disables)";
   const Status s = Status::Aborted(os.str());
   HVL_LOG(kError, s.message());
   if (sets_)
     for (auto& e : sets_->close(s)) e->handle->complete(s);
   // Leave a complete file behind (a failure to close it changes nothing now).
   if (!timeline_.stop().ok()) HVL_LOG(kWarning, "could not close the timeline");
-  // The background thread is stuck in a wait and cannot be joined: only ending
-  // the job ends it. MPI_Abort makes mpirun stop every rank with a non-zero
-  // exit; without MPI this process leaves (the launcher, seeing a worker fail,
-  // ends the job or, elastic, re-forms it without this worker).
-  if (mpi_.uses_mpi()) MPI_Abort(mpi_.comm(), 1);
-  std::fflush(stderr);
-  _exit(kJobFailureExitCode);
+  if (!mpi_.uses_mpi()) {
+    // Without MPI the waits are ours: interrupt them. The background thread's
+    // cycle then fails and the thread ends, and shutdown() can join it: an
+    // elastic job re-forms without the peer (HorovodInternalError above).
+    transport::interrupt_waits(s.message());
+    return;
+  }
+  // The background thread is stuck in MPI and cannot be joined: only ending the
+  // job ends the wait. MPI_Abort makes mpirun stop every rank with a non-zero exit.
+  MPI_Abort(mpi_.comm(), 1);
 }
 
 Stats Runtime::stats() const {

@@ -450,9 +450,9 @@ def hosts_and_testbed(parser, args):
         start_timeout(args)
     except (hosts_util.HostsError, TestbedError, ValueError) as e:
         parser.error(str(e))
-    if testbed and not hosts:
-        parser.error("--hosts-netns %s needs -H or --hostfile with the testbed's hosts (%s)" % (
-            testbed.name, ", ".join(testbed.hosts)))
+    if testbed and not hosts and not getattr(args, "discovery_script", None):
+        parser.error("--hosts-netns %s needs -H, --hostfile or --host-discovery-script with the testbed's "
+                     "hosts (%s)" % (testbed.name, ", ".join(testbed.hosts)))
     return hosts, testbed
 
 

@@ -1,10 +1,15 @@
 #include "transport/gloo_transport.h"
 
+#include <arpa/inet.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/unbound_buffer.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <exception>
@@ -206,6 +211,37 @@ class HttpGlooStore : public gloo::rendezvous::Store {
   HttpStoreClient client_;
 };
 
+// Whether `name` resolves here (Gloo 0.5's device set-up crashes on a name
+// that does not, instead of throwing).
+bool resolves(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  const int rc = getaddrinfo(name.c_str(), nullptr, &hints, &result);
+  if (result != nullptr) freeaddrinfo(result);
+  return rc == 0;
+}
+
+// The IPv4 address of the first interface that is up and not loopback ("" if
+// none): where a rank listens when its host name (a launcher's name for the
+// host, e.g. a simulated host's) does not resolve. Machines with several
+// networks name theirs with --network-interface (HOROVOD_GLOO_IFACE).
+std::string first_interface_address() {
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return "";
+  std::string out;
+  for (ifaddrs* a = all; a != nullptr && out.empty(); a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char buf[INET_ADDRSTRLEN] = {0};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf)) != nullptr) out = buf;
+  }
+  freeifaddrs(all);
+  return out;
+}
+
 std::string machine_hostname() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
@@ -244,6 +280,15 @@ Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous
       const bool one_host =
           std::all_of(names.begin(), names.end(), [&](const std::string& n) { return n == names[0]; });
       attr.hostname = one_host ? "127.0.0.1" : hostname;
+      if (!one_host && !resolves(hostname)) {
+        attr.hostname = first_interface_address();
+        if (attr.hostname.empty()) {
+          return Status::InvalidArgument("transport (gloo): rank " + std::to_string(options.rank) + ": host name '" +
+                                         hostname +
+                                         "' does not resolve and no network interface is up; name one with "
+                                         "--network-interface (HOROVOD_GLOO_IFACE)");
+        }
+      }
     }
     auto shared = std::make_shared<GlooShared>();
     shared->store = store;

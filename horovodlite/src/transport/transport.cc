@@ -1,13 +1,24 @@
 #include "transport/transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <thread>
 
 namespace horovodlite {
 namespace transport {
 
 namespace {
+
+std::atomic<bool> g_interrupted{false};
+std::mutex g_interrupt_mu;
+std::string* g_interrupt_reason = nullptr;  // guarded by g_interrupt_mu; leaked at exit (no destructor order)
+
+Status interrupted() {
+  std::lock_guard<std::mutex> lock(g_interrupt_mu);
+  return Status::Aborted("transport: wait interrupted: " + (g_interrupt_reason ? *g_interrupt_reason : std::string()));
+}
 
 template <typename Test>
 Status poll_until(Test test, std::chrono::milliseconds timeout, const Backoff& backoff, bool* done) {
@@ -25,6 +36,7 @@ Status poll_until(Test test, std::chrono::milliseconds timeout, const Backoff& b
       std::this_thread::yield();
       continue;
     }
+    if (g_interrupted.load(std::memory_order_relaxed)) return interrupted();
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
     sleep_us = std::min(sleep_us * 2, backoff.max_sleep_us);
   }
@@ -36,6 +48,17 @@ std::string describe(const Request& r) {
 }
 
 }  // namespace
+
+void interrupt_waits(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(g_interrupt_mu);
+    if (g_interrupt_reason == nullptr) g_interrupt_reason = new std::string();
+    *g_interrupt_reason = why;
+  }
+  g_interrupted = true;
+}
+
+void clear_interrupt() { g_interrupted = false; }
 
 Status Request::wait(std::chrono::milliseconds timeout, const Backoff& backoff) {
   bool done = false;

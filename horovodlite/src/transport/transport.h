@@ -138,6 +138,14 @@ class Context : public std::enable_shared_from_this<Context> {
 };
 using ContextPtr = std::shared_ptr<Context>;
 
+// Makes every wait of this process (Request::wait, wait_all, wait_any) that is
+// in progress or starts later fail with kAborted naming `why`, until
+// clear_interrupt(): how the runtime leaves a wait on a peer that stopped
+// answering (a host's link down) in a job without MPI, where nothing else would
+// end it (the watchdog calls it; the next init() clears it).
+void interrupt_waits(const std::string& why);
+void clear_interrupt();
+
 // Waits for every request (null entries are skipped), each in turn; the first
 // error or timeout is returned (the deadline is for all of them together).
 Status wait_all(std::vector<RequestPtr>* requests, std::chrono::milliseconds timeout = kNoTimeout,
