@@ -46,6 +46,26 @@ assert g.tolist() == list(range(n))
 b = hvd.broadcast(torch.tensor([hvd.rank() * 10.0]), root_rank=n - 1)
 assert b.item() == (n - 1) * 10.0
 assert hvd.broadcast_object({"r": hvd.rank()}, root_rank=0) == {"r": 0}
+a2a, _ = hvd.alltoall(torch.arange(n, dtype=torch.float32) + 10 * hvd.rank(), splits=torch.ones(n, dtype=torch.int32))
+assert a2a.tolist() == [10.0 * k + hvd.rank() for k in range(n)], a2a
+rs = hvd.reducescatter(torch.ones(n * 3) * (hvd.rank() + 1), op=hvd.Average)
+assert torch.allclose(rs, torch.full((3,), (n + 1) / 2.0)), rs
+# 50 async allreduces fused into few responses
+hs = [hvd.allreduce_async_(torch.ones(100) * i, op=hvd.Sum, name="f%d" % i) for i in range(50)]
+assert all(torch.all(hvd.synchronize(h) == i * n) for i, h in enumerate(hs))
+# A process set (a Gloo split over its members).
+members = [0, n - 1] if n > 2 else [1]  # (at np 2, [0, 1] is the global set)
+ps = hvd.add_process_set(members)
+if ps.included():
+    assert hvd.allreduce(torch.ones(4), op=hvd.Sum, process_set=ps).tolist() == [float(len(members))] * 4
+    assert hvd.allgather(torch.tensor([hvd.rank()]), process_set=ps).tolist() == members
+hvd.remove_process_set(ps)
+# Adasum is refused on Gloo (NotImplementedError), naming the tensor, on every rank.
+try:
+    hvd.allreduce(torch.ones(2), op=hvd.Adasum, name="ada")
+    raise SystemExit("Adasum ran on Gloo")
+except (NotImplementedError, ValueError, hvd.HorovodInternalError) as e:
+    assert "'ada'" in str(e) and ("MPI job" in str(e) or "power-of-two" in str(e)), e
 print("rank %d ok" % hvd.rank(), flush=True)
 hvd.shutdown()
 """
@@ -55,7 +75,9 @@ hvd.shutdown()
 def test_gloo_job_collectives(tmp_path, gloo_core, np):
     script = tmp_path / "w.py"
     script.write_text(WORKER)
-    out = _run(["--gloo", "-np", str(np)], [sys.executable, str(script)])
+    env = clean_env()
+    env["HOROVODLITE_DYNAMIC_PROCESS_SETS"] = "1"
+    out = _run(["--gloo", "-np", str(np)], [sys.executable, str(script)], env=env)
     assert out.returncode == 0, out.stdout
     for r in range(np):
         assert "rank %d ok" % r in out.stdout, out.stdout
