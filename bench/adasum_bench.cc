@@ -2,8 +2,10 @@
 // default) with op Adasum and with op Sum, in alternating rounds so that both
 // see the same machine load; prints the median of each and the ratio
 // (the target in issue 28: Adasum >= 0.8x the speed of Sum at np 2 and 4).
+// --op sum or --op adasum times one op only (for pairing whole runs of each
+// from outside, e.g. with /usr/bin/time).
 //
-//   source ci/env.sh; mpirun -np 2 build/bench/adasum_bench [--bytes N] [--rounds R]
+//   source ci/env.sh; mpirun -np 2 build/bench/adasum_bench [--bytes N] [--rounds R] [--op both|sum|adasum]
 #include <mpi.h>
 
 #include <algorithm>
@@ -33,7 +35,8 @@ int main(int argc, char** argv) {
   cxxopts::Options opts("adasum_bench", "horovodlite Adasum allreduce vs Sum allreduce");
   opts.add_options()("bytes", "tensor size in bytes (float32)",
                      cxxopts::value<size_t>()->default_value(std::to_string(64u << 20)))(
-      "rounds", "timed rounds of each op", cxxopts::value<int>()->default_value("10"))("h,help", "help");
+      "rounds", "timed rounds of each op", cxxopts::value<int>()->default_value("10"))(
+      "op", "both, sum or adasum", cxxopts::value<std::string>()->default_value("both"))("h,help", "help");
   auto args = opts.parse(argc, argv);
   if (args.count("help")) {
     std::puts(opts.help().c_str());
@@ -41,6 +44,12 @@ int main(int argc, char** argv) {
   }
   const int64_t n = static_cast<int64_t>(args["bytes"].as<size_t>() / sizeof(float));
   const int rounds = std::max(1, args["rounds"].as<int>());
+  const std::string which = args["op"].as<std::string>();
+  if (which != "both" && which != "sum" && which != "adasum") {
+    std::fprintf(stderr, "adasum_bench: --op must be both, sum or adasum, not '%s'\n", which.c_str());
+    return 2;
+  }
+  const bool run_sum = which != "adasum", run_adasum = which != "sum";
   hvl::Status s = hvl::init();
   if (!s.ok()) {
     std::fprintf(stderr, "init failed: %s\n", s.to_string().c_str());
@@ -70,21 +79,25 @@ int main(int argc, char** argv) {
     MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return t;
   };
-  once(hvl::ReduceOp::kSum, "bench.sum");  // warm-up: buffers, communicators, caches
-  once(hvl::ReduceOp::kAdasum, "bench.adasum");
+  // Warm-up: buffers, communicators, caches.
+  if (run_sum) once(hvl::ReduceOp::kSum, "bench.sum");
+  if (run_adasum) once(hvl::ReduceOp::kAdasum, "bench.adasum");
   std::vector<double> sum, adasum;
   for (int r = 0; r < rounds; ++r) {
-    sum.push_back(once(hvl::ReduceOp::kSum, "bench.sum"));
-    adasum.push_back(once(hvl::ReduceOp::kAdasum, "bench.adasum"));
+    if (run_sum) sum.push_back(once(hvl::ReduceOp::kSum, "bench.sum"));
+    if (run_adasum) adasum.push_back(once(hvl::ReduceOp::kAdasum, "bench.adasum"));
   }
   if (rank == 0) {
-    const double ts = median(sum), ta = median(adasum);
     const double mib = static_cast<double>(n) * sizeof(float) / (1 << 20);
-    std::printf("# adasum_bench: np=%d, %.1f MiB float32, %d rounds each (alternating), median of the slowest rank\n",
-                size, mib, rounds);
-    std::printf("sum    %9.2f ms  (min %.2f)\n", ts * 1e3, *std::min_element(sum.begin(), sum.end()) * 1e3);
-    std::printf("adasum %9.2f ms  (min %.2f)\n", ta * 1e3, *std::min_element(adasum.begin(), adasum.end()) * 1e3);
-    std::printf("adasum speed / sum speed = %.2f\n", ts / ta);
+    std::printf("# adasum_bench: np=%d, %.1f MiB float32, %d rounds of %s, median of the slowest rank\n", size, mib,
+                rounds, run_sum && run_adasum ? "each (alternating)" : which.c_str());
+    if (run_sum)
+      std::printf("sum    %9.2f ms  (min %.2f)\n", median(sum) * 1e3, *std::min_element(sum.begin(), sum.end()) * 1e3);
+    if (run_adasum) {
+      std::printf("adasum %9.2f ms  (min %.2f)\n", median(adasum) * 1e3,
+                  *std::min_element(adasum.begin(), adasum.end()) * 1e3);
+    }
+    if (run_sum && run_adasum) std::printf("adasum speed / sum speed = %.2f\n", median(sum) / median(adasum));
   }
   const hvl::Status done = hvl::shutdown();
   if (!done.ok()) {

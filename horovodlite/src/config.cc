@@ -246,9 +246,14 @@ Status Config::from_env(Config* out) {
         if (value.empty() || *rest != '\0' || errno != 0 || !(v > 0.0 && v <= 10000.0))
           return bad(var, c.autotune_start.c_str(), "CYCLE_TIME=<milliseconds, > 0 and <= 10000>");
         c.cycle_time_ms = v;
+      } else if (name == "HIERARCHICAL_ALLREDUCE" || name == "HIERARCHICAL_ALLGATHER") {
+        if (value != "0" && value != "1") return bad(var, c.autotune_start.c_str(), name + "=<0 or 1>");
+        (name == "HIERARCHICAL_ALLREDUCE" ? c.hierarchical_allreduce : c.hierarchical_allgather) =
+            value == "1" ? Hierarchical::kOn : Hierarchical::kOff;
       } else {
         return bad(var, c.autotune_start.c_str(),
-                   "a comma-separated list of FUSION_THRESHOLD=, CYCLE_TIME= or EAGER_ALLREDUCE_BYTES= values");
+                   "a comma-separated list of FUSION_THRESHOLD=, CYCLE_TIME=, EAGER_ALLREDUCE_BYTES=, "
+                   "HIERARCHICAL_ALLREDUCE= or HIERARCHICAL_ALLGATHER= values");
       }
       begin = end + 1;
     }
@@ -265,6 +270,8 @@ Status Config::from_env(Config* out) {
     if (start.find(",FUSION_THRESHOLD=") != std::string::npos) c.user_set.fusion_threshold = false;
     if (start.find(",CYCLE_TIME=") != std::string::npos) c.user_set.cycle_time = false;
     if (start.find(",EAGER_ALLREDUCE_BYTES=") != std::string::npos) c.user_set.eager_allreduce_bytes = false;
+    if (start.find(",HIERARCHICAL_ALLREDUCE=") != std::string::npos) c.user_set.hierarchical_allreduce = false;
+    if (start.find(",HIERARCHICAL_ALLGATHER=") != std::string::npos) c.user_set.hierarchical_allgather = false;
   }
   {
     std::string var;

@@ -196,6 +196,17 @@ Status MpiContext::init_communicators() {
   return Status::OK();
 }
 
+Status MpiContext::several_hosts_alike(bool* yes, bool* same_count) const {
+  // min == max of the local sizes: every host has as many ranks. Then
+  // cross_size (the number of hosts) is the same everywhere too.
+  int sizes[2] = {local_size_, -local_size_};
+  HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, comm_));
+  const bool same = sizes[0] == -sizes[1];
+  if (same_count != nullptr) *same_count = same;
+  *yes = same && local_size_ > 1 && cross_size_ > 1;
+  return Status::OK();
+}
+
 Status MpiContext::agree_eager_message_bytes() {
   std::vector<const char*> limits = {"btl_vader_eager_limit"};  // shared memory
   if (local_size_ < size_) limits.push_back("btl_tcp_eager_limit");

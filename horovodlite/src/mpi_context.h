@@ -92,6 +92,11 @@ class MpiContext {
   int local_size() const { return local_size_; }
   int cross_rank() const { return cross_rank_; }
   int cross_size() const { return cross_size_; }
+  // Collective over comm(): whether the job runs on several hosts with the same
+  // number (> 1) of ranks each, where the hierarchical algorithms apply (the
+  // same answer on every rank); *same_count: whether every host has the same
+  // number of ranks.
+  Status several_hosts_alike(bool* yes, bool* same_count = nullptr) const;
   // Ranks on this host (split by MPI_COMM_TYPE_SHARED, ordered by rank), and
   // the ranks with this local rank on every host (ordered by rank). Algorithms
   // duplicate them for their own traffic.

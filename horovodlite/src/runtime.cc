@@ -55,16 +55,34 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
     o.tune_fusion = !c.user_set.fusion_threshold;
     o.tune_cycle_time = !c.user_set.cycle_time;
     o.tune_eager = !c.user_set.eager_allreduce_bytes;
-    // The hierarchical switches are not tuned yet: their algorithms decide at set-up.
+    // The hierarchical switches (on: every size; off: never) where their
+    // algorithms apply (several hosts, the same number of ranks on each; the
+    // same answer on every rank). They start on (auto, the default, uses them
+    // for the large allreduces that carry most of the bytes) unless
+    // AUTOTUNE_START says off.
+    bool hosts = false;
+    if (!c.user_set.hierarchical_allreduce || !c.user_set.hierarchical_allgather) {
+      Status topology = rt->mpi_.several_hosts_alike(&hosts);
+      if (!topology.ok()) HVL_LOG(kWarning, "autotune: the hierarchical switches stay as set: " << topology.message());
+    }
+    o.tune_hierarchical_allreduce = hosts && !c.user_set.hierarchical_allreduce;
+    o.tune_hierarchical_allgather = hosts && !c.user_set.hierarchical_allgather;
     autotune::Params initial;
     initial.fusion_threshold_bytes = c.fusion_threshold_bytes;
     initial.cycle_time_ms = c.cycle_time_ms;
     initial.eager_allreduce_bytes = c.eager_allreduce_bytes;
+    using H = Config::Hierarchical;
+    initial.hierarchical_allreduce =
+        o.tune_hierarchical_allreduce ? c.hierarchical_allreduce != H::kOff : c.hierarchical_allreduce == H::kOn;
+    initial.hierarchical_allgather =
+        o.tune_hierarchical_allgather ? c.hierarchical_allgather != H::kOff : c.hierarchical_allgather == H::kOn;
     rt->tuner_ = std::make_unique<autotune::Autotuner>(o, initial, rt->mpi_.rank() == 0);
+    rt->apply_tuning(initial);  // (a tuned switch: from auto to on)
     if (!rt->tuner_->active() && rt->mpi_.rank() == 0) {
       HVL_LOG(kWarning,
               "HOROVODLITE_AUTOTUNE=1: nothing to tune (FUSION_THRESHOLD, CYCLE_TIME and "
-              "EAGER_ALLREDUCE_BYTES are all set by hand)");
+              "EAGER_ALLREDUCE_BYTES are all set by hand, and the hierarchical switches are set by hand "
+              "or do not apply)");
     }
   }
   // Static process sets: collective over every rank, before the thread starts.
@@ -278,8 +296,15 @@ void Runtime::apply_tuning(const autotune::Params& p) {
   config_.fusion_threshold_bytes = p.fusion_threshold_bytes;
   config_.cycle_time_ms = p.cycle_time_ms;
   config_.eager_allreduce_bytes = p.eager_allreduce_bytes;
+  // The hierarchical algorithms read their switch at each response.
+  const autotune::Options& tuned = tuner_->options();
+  auto hierarchical_mode = [](bool on) { return on ? Config::Hierarchical::kOn : Config::Hierarchical::kOff; };
+  if (tuned.tune_hierarchical_allreduce) config_.hierarchical_allreduce = hierarchical_mode(p.hierarchical_allreduce);
+  if (tuned.tune_hierarchical_allgather) config_.hierarchical_allgather = hierarchical_mode(p.hierarchical_allgather);
   HVL_LOG(kDebug, "autotune: fusion threshold " << p.fusion_threshold_bytes << " B, cycle time " << p.cycle_time_ms
-                                                << " ms, eager allreduce " << p.eager_allreduce_bytes << " B");
+                                                << " ms, eager allreduce " << p.eager_allreduce_bytes
+                                                << " B, hierarchical allreduce " << p.hierarchical_allreduce
+                                                << ", allgather " << p.hierarchical_allgather);
 }
 
 std::string Runtime::shutdown_message(const std::vector<int>& requesters, const std::vector<int>& exiting) const {

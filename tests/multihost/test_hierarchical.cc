@@ -36,6 +36,7 @@ namespace {
 
 struct Algorithms {
   MpiContext mpi;
+  Config config;  // the algorithms read their switches from it at each call
   std::unique_ptr<HierarchicalAllreduce> hierarchical;
   std::unique_ptr<HierarchicalAllgather> hierarchical_allgather;
   std::unique_ptr<RingBackend> ring;
@@ -46,7 +47,7 @@ Algorithms& algorithms() {
   static Algorithms* a = [] {
     auto* x = new Algorithms;
     EXPECT_TRUE(x->mpi.init(nullptr).ok());
-    Config config;
+    Config& config = x->config;
     config.hierarchical_allreduce = Config::Hierarchical::kOn;  // every size
     config.hierarchical_allgather = Config::Hierarchical::kOn;
     config.ring_threshold_bytes = 0;
@@ -168,6 +169,39 @@ TEST(Hierarchical, AllgatherEnabledOnlyOnSeveralHostsWithSeveralRanksEach) {
   EXPECT_EQ(algorithms().hierarchical_allgather->enabled(r), hierarchical_applies());
   r.device = 0;  // device tensors are not its business
   EXPECT_FALSE(algorithms().hierarchical_allgather->enabled(r));
+}
+
+// The switches are read at each call (the autotuner changes them between
+// cycles, tests/multihost: multihost_autotune_switches_2x2): off, auto (from
+// the ring threshold) and on, for both algorithms, and the algorithm still
+// reduces correctly after being switched off and on again.
+TEST(Hierarchical, SwitchesAreReadAtEachCall) {
+  if (!hierarchical_applies()) GTEST_SKIP() << "one rank per host";
+  Algorithms& a = algorithms();
+  Config& c = a.config;
+  const Config saved = c;
+  Response r;
+  r.type = OpType::kAllgather;
+  r.shape = {4, 3};
+  r.tensor_sizes.assign(static_cast<size_t>(a.mpi.size()), 4);  // 48 bytes of output per rank
+  c.hierarchical_allreduce = c.hierarchical_allgather = Config::Hierarchical::kOff;
+  EXPECT_FALSE(a.hierarchical->accepts(DataType::kFloat32, ReduceOp::kSum, 1 << 20));
+  EXPECT_FALSE(a.hierarchical_allgather->enabled(r));
+  c.hierarchical_allreduce = c.hierarchical_allgather = Config::Hierarchical::kAuto;
+  c.ring_threshold_bytes = 4096;
+  EXPECT_FALSE(a.hierarchical->accepts(DataType::kFloat32, ReduceOp::kSum, 4095));
+  EXPECT_TRUE(a.hierarchical->accepts(DataType::kFloat32, ReduceOp::kSum, 4096));
+  EXPECT_FALSE(a.hierarchical_allgather->enabled(r));
+  c.ring_threshold_bytes = -1;  // auto and RING_THRESHOLD=-1: never
+  EXPECT_FALSE(a.hierarchical->accepts(DataType::kFloat32, ReduceOp::kSum, 1 << 20));
+  c.hierarchical_allreduce = c.hierarchical_allgather = Config::Hierarchical::kOn;
+  EXPECT_TRUE(a.hierarchical->accepts(DataType::kFloat32, ReduceOp::kSum, 4));
+  EXPECT_TRUE(a.hierarchical_allgather->enabled(r));
+  c = saved;
+  for (int64_t count : counts()) {
+    const auto ref = run(*a.reference, DataType::kFloat32, ReduceOp::kSum, count, 1.0, false);
+    EXPECT_EQ(run(*a.hierarchical, DataType::kFloat32, ReduceOp::kSum, count, 1.0, false), ref) << count;
+  }
 }
 
 TEST(Hierarchical, TopologyIsSeveralHosts) {

@@ -92,8 +92,9 @@ struct Config {
   int64_t autotune_bayes_opt_max_samples = 20;   // AUTOTUNE_BAYES_OPT_MAX_SAMPLES
   double autotune_gaussian_process_noise = 0.8;  // AUTOTUNE_GAUSSIAN_PROCESS_NOISE
   // AUTOTUNE_START: "NAME=VALUE,..." with NAME among FUSION_THRESHOLD,
-  // CYCLE_TIME, EAGER_ALLREDUCE_BYTES: where the tuning starts (its first
-  // samples), while still tuning them (benchmarks start from a poor setting).
+  // CYCLE_TIME, EAGER_ALLREDUCE_BYTES, HIERARCHICAL_ALLREDUCE and
+  // HIERARCHICAL_ALLGATHER (0/1): where the tuning starts (its first samples),
+  // while still tuning them (benchmarks start from a poor setting).
   std::string autotune_start;
   // Which tunable variables the user set (kept as they are).
   struct UserSet {

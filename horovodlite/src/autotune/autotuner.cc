@@ -34,6 +34,12 @@ Autotuner::Autotuner(const Options& options, const Params& initial, bool coordin
   active_ = dims_ > 0;
   if (coordinator_ && active_) {
     optimizer_ = std::make_unique<BayesianOptimizer>(dims_, options_.gp_noise);
+    // The switches come last in a point (to_point): binary dimensions.
+    std::vector<bool> binary(dims_, false);
+    const size_t switches = static_cast<size_t>(options_.tune_hierarchical_allreduce) +
+                            static_cast<size_t>(options_.tune_hierarchical_allgather);
+    for (size_t i = dims_ - switches; i < dims_; ++i) binary[i] = true;
+    optimizer_->set_binary(std::move(binary));
     if (!options_.log_path.empty()) {
       log_ = std::fopen(options_.log_path.c_str(), "w");
       if (log_ == nullptr) {
@@ -123,7 +129,9 @@ void Autotuner::decode(const int64_t* words, Params* out) {
     log_row("final", current_, optimizer_ ? optimizer_->best_score() : 0.0, 0.0, 0);
     HVL_LOG(kInfo, "autotune: done after " << scored_ << " samples: fusion threshold " << p.fusion_threshold_bytes
                                            << " B, cycle time " << p.cycle_time_ms << " ms, eager allreduce "
-                                           << p.eager_allreduce_bytes << " B");
+                                           << p.eager_allreduce_bytes << " B, hierarchical allreduce "
+                                           << p.hierarchical_allreduce << ", hierarchical allgather "
+                                           << p.hierarchical_allgather);
   }
 }
 

@@ -100,6 +100,7 @@ class Autotuner {
   // reduced, in the order run (the same on every rank).
   void record(const std::vector<std::pair<std::string, int64_t>>& tensors, Clock::time_point now);
 
+  const Options& options() const { return options_; }
   const Params& current() const { return current_; }
   size_t samples_scored() const { return scored_; }
   // Maps a point of [0, 1]^d (the tuned dimensions, in the order of Params) to

@@ -20,7 +20,13 @@ std::vector<double> BayesianOptimizer::random_point() {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<double> x(dims_);
   for (double& v : x) v = u(rng_);
+  snap(&x);
   return x;
+}
+
+void BayesianOptimizer::snap(std::vector<double>* x) const {
+  for (size_t i = 0; i < x->size() && i < binary_.size(); ++i)
+    if (binary_[i]) (*x)[i] = (*x)[i] >= 0.5 ? 1.0 : 0.0;
 }
 
 void BayesianOptimizer::add_sample(const std::vector<double>& x, double score) {
@@ -51,6 +57,19 @@ double BayesianOptimizer::expected_improvement(const std::vector<double>& x) con
 
 std::vector<double> BayesianOptimizer::next() {
   if (x_.size() < 2 || dims_ == 0) return random_point();
+  // A switch sampled at one value only: the best point with it flipped (with
+  // one length scale for every dimension the model can stay too sure of a
+  // value never seen; each switch costs one sample this way).
+  for (size_t i = 0; i < binary_.size() && i < dims_; ++i) {
+    if (!binary_[i]) continue;
+    const bool one_value =
+        std::all_of(x_.begin(), x_.end(), [&](const std::vector<double>& x) { return x[i] == x_[0][i]; });
+    if (one_value) {
+      std::vector<double> x = best_x_;
+      x[i] = 1.0 - x_[0][i];
+      return x;
+    }
+  }
   // Random search, then a shrinking local search around the best few.
   constexpr int kCandidates = 2000;
   constexpr int kKeep = 5;
@@ -71,6 +90,7 @@ std::vector<double> BayesianOptimizer::next() {
     for (int s = 0; s < kLocalSteps; ++s) {
       std::vector<double> x = candidate.second;
       for (double& v : x) v = std::min(1.0, std::max(0.0, v + radius * step(rng_)));
+      snap(&x);
       const double ei = expected_improvement(x);
       if (ei > candidate.first) {
         candidate = {ei, std::move(x)};

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "autotune/gaussian_process.h"
@@ -21,9 +22,16 @@ class BayesianOptimizer {
   // exploration margin of the expected improvement (standardised units).
   BayesianOptimizer(size_t dims, double noise, uint64_t seed = 0x6876646c, double xi = 0.1);
 
+  // Dimensions that take only 0 or 1 (switches): every point proposed has them
+  // at 0 or 1, so the model compares the two values and not a blur between
+  // them (a switch that was never tried off is uncertain there, and its
+  // expected improvement says so).
+  void set_binary(std::vector<bool> binary) { binary_ = std::move(binary); }
+
   void add_sample(const std::vector<double>& x, double score);
   // The next point to try (every coordinate in [0, 1]). Until two samples are
-  // known: random points.
+  // known: random points; then, while a binary dimension has been sampled at
+  // one value only, the best point with that dimension flipped.
   std::vector<double> next();
   // The best sample so far (empty before the first) and its score.
   const std::vector<double>& best_x() const { return best_x_; }
@@ -35,6 +43,7 @@ class BayesianOptimizer {
 
  private:
   std::vector<double> random_point();
+  void snap(std::vector<double>* x) const;  // binary dimensions to 0 or 1
 
   size_t dims_;
   double xi_;
@@ -45,6 +54,7 @@ class BayesianOptimizer {
   std::vector<double> best_x_;
   double best_score_ = 0.0;
   double y_scale_ = 1.0;  // the spread of the scores, for xi
+  std::vector<bool> binary_;
 };
 
 }  // namespace autotune

@@ -34,6 +34,9 @@ namespace {
 constexpr int kTagData = 1;     // reduce-scatter: the partner's half
 constexpr int kTagScalars = 2;  // the group's dot products and norms
 constexpr int kTagGather = 3;   // allgather: the pieces of the result
+// Receives posted ahead in the reduce-scatter: each segment is copied in just
+// before its dot products are computed, so it is read from cache.
+constexpr size_t kWindow = 2;
 
 // The scalars (dot products, squared norms, coefficients) are long double: on
 // x86-64 and AArch64 its exponent reaches 2^16383, so the squares of float64's
@@ -233,23 +236,78 @@ Status wait(MPI_Request* r, const char* what) {
 // order while the later ones are still in flight.
 template <typename OnRecv>
 Status exchange(MPI_Comm comm, int peer, int tag, const char* send, int64_t send_bytes, char* recv, int64_t recv_bytes,
-                int64_t segment, OnRecv on_recv) {
-  std::vector<MPI_Request> recvs, sends;
-  for (int64_t off = 0; off < recv_bytes; off += segment) {
-    recvs.emplace_back();
-    HVL_MPI_CHECK(MPI_Irecv(recv + off, static_cast<int>(std::min(segment, recv_bytes - off)), MPI_BYTE, peer, tag,
-                            comm, &recvs.back()));
-  }
+                int64_t segment, size_t window, OnRecv on_recv) {
+  const size_t nrecv = static_cast<size_t>((recv_bytes + segment - 1) / segment);
+  std::vector<MPI_Request> recvs(nrecv, MPI_REQUEST_NULL), sends;
+  auto post_recv = [&](size_t i) {
+    const int64_t off = static_cast<int64_t>(i) * segment;
+    return mpi_status(MPI_Irecv(recv + off, static_cast<int>(std::min(segment, recv_bytes - off)), MPI_BYTE, peer, tag,
+                                comm, &recvs[i]),
+                      "MPI_Irecv (Adasum)");
+  };
+  const size_t ahead = window == 0 ? nrecv : std::min(window, nrecv);
+  for (size_t i = 0; i < ahead; ++i) HVL_RETURN_IF_ERROR(post_recv(i));
   for (int64_t off = 0; off < send_bytes; off += segment) {
     sends.emplace_back();
     HVL_MPI_CHECK(MPI_Isend(send + off, static_cast<int>(std::min(segment, send_bytes - off)), MPI_BYTE, peer, tag,
                             comm, &sends.back()));
   }
-  for (size_t i = 0; i < recvs.size(); ++i) {
+  for (size_t i = 0; i < nrecv; ++i) {
     HVL_RETURN_IF_ERROR(wait(&recvs[i], "MPI_Irecv (Adasum)"));
+    if (i + ahead < nrecv) HVL_RETURN_IF_ERROR(post_recv(i + ahead));
     const int64_t off = static_cast<int64_t>(i) * segment;
     on_recv(off, std::min(segment, recv_bytes - off));
   }
+  for (MPI_Request& s : sends) HVL_RETURN_IF_ERROR(wait(&s, "MPI_Isend (Adasum)"));
+  return Status::OK();
+}
+
+// Calls f(lo, hi) for the segments of [begin, end) (cut from `begin` every
+// `seg` elements), last segment first: the range was just streamed through
+// front to back, so its end is what the cache still holds.
+template <typename F>
+void for_each_segment_backward(int64_t begin, int64_t end, int64_t seg, F f) {
+  if (end <= begin) return;
+  for (int64_t lo = begin + (end - begin - 1) / seg * seg; lo >= begin; lo -= seg) f(lo, std::min(end, lo + seg));
+}
+
+// One step of the allgather whose outgoing values are made just before they
+// go: for each segment of [send_lo, send_hi) of `data` (last first, as
+// for_each_segment_backward), make(lo, hi) writes it and it is sent to `peer`
+// at once, while it is in cache; the peer's segments of [recv_lo, recv_hi),
+// sent by the same code there, are received into `data` (receives posted
+// first, in the same order as the peer sends them).
+template <typename Make>
+Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, int64_t elem, int64_t send_lo, int64_t send_hi,
+                         int64_t recv_lo, int64_t recv_hi, int64_t seg, Make make) {
+  std::vector<MPI_Request> recvs, sends;
+  Status posted = Status::OK();
+  for_each_segment_backward(recv_lo, recv_hi, seg, [&](int64_t lo, int64_t hi) {
+    recvs.emplace_back(MPI_REQUEST_NULL);
+    if (posted.ok()) {
+      posted = mpi_status(
+          MPI_Irecv(data + lo * elem, static_cast<int>((hi - lo) * elem), MPI_BYTE, peer, tag, comm, &recvs.back()),
+          "MPI_Irecv (Adasum)");
+    }
+  });
+  size_t next_recv = 0;
+  for_each_segment_backward(send_lo, send_hi, seg, [&](int64_t lo, int64_t hi) {
+    if (!posted.ok()) return;
+    make(lo, hi);
+    sends.emplace_back(MPI_REQUEST_NULL);
+    posted = mpi_status(
+        MPI_Isend(data + lo * elem, static_cast<int>((hi - lo) * elem), MPI_BYTE, peer, tag, comm, &sends.back()),
+        "MPI_Isend (Adasum)");
+    // Progress for the transfers in flight (MPI moves data inside its calls).
+    int done = 0;
+    while (posted.ok() && next_recv < recvs.size()) {
+      posted = mpi_status(MPI_Test(&recvs[next_recv], &done, MPI_STATUS_IGNORE), "MPI_Test (Adasum)");
+      if (!done) break;
+      ++next_recv;
+    }
+  });
+  HVL_RETURN_IF_ERROR(posted);
+  for (; next_recv < recvs.size(); ++next_recv) HVL_RETURN_IF_ERROR(wait(&recvs[next_recv], "MPI_Irecv (Adasum)"));
   for (MPI_Request& s : sends) HVL_RETURN_IF_ERROR(wait(&s, "MPI_Isend (Adasum)"));
   return Status::OK();
 }
@@ -299,7 +357,10 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   // The first level reads the input (so that an out-of-place run copies
   // nothing); later levels read what the previous one wrote into `out`.
   const char* src = static_cast<const char*>(in);
-  scratch_.resize(static_cast<size_t>((total - total / 2) * elem));
+  // Where the partner's values of the kept range land: out-of-place, the first
+  // level receives them into `out` (where the combination goes, in place:
+  // one buffer fewer to stream through); otherwise into scratch.
+  if (in == out || size_ > 2) scratch_.resize(static_cast<size_t>((total - total / 2) * elem));
   std::vector<Scalar> sums(3 * ntensors), received(3 * ntensors);
 
   // ---- reduce-scatter: vector halving, distance doubling ----
@@ -313,6 +374,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     const int64_t send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
     parents.emplace_back(lo, hi);
     std::fill(sums.begin(), sums.end(), Scalar(0));
+    char* theirs_base = src != data ? data + keep_lo * elem : scratch_.data();
 
     // Partial (a.b, |a|^2, |b|^2) per tensor over the kept range, piece by piece
     // as the partner's values arrive.
@@ -324,7 +386,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
         if (a >= b) continue;
         Scalar out[3] = {0, 0, 0};
         const char* mine = src + a * elem;
-        const char* theirs = scratch_.data() + (a - keep_lo) * elem;
+        const char* theirs = theirs_base + (a - keep_lo) * elem;
         dispatch(dtype, [&](auto e) {
           using E = decltype(e);
           using T = typename E::T;
@@ -336,7 +398,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       }
     };
     HVL_RETURN_IF_ERROR(exchange(comm_, partner, kTagData, src + send_lo * elem, (send_hi - send_lo) * elem,
-                                 scratch_.data(), (keep_hi - keep_lo) * elem, segment, on_recv));
+                                 theirs_base, (keep_hi - keep_lo) * elem, segment, kWindow, on_recv));
 
     // The 2d ranks that share a and b: recursive doubling over ranks r ^ k,
     // k = 1, 2, ..., d. Both partners add the same two values (addition is
@@ -344,39 +406,60 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     for (int k = 1; k <= d; k <<= 1) {
       const int64_t bytes = static_cast<int64_t>(sums.size() * sizeof(Scalar));
       HVL_RETURN_IF_ERROR(exchange(comm_, rank_ ^ k, kTagScalars, reinterpret_cast<const char*>(sums.data()), bytes,
-                                   reinterpret_cast<char*>(received.data()), bytes, bytes, [](int64_t, int64_t) {}));
+                                   reinterpret_cast<char*>(received.data()), bytes, bytes, 0, [](int64_t, int64_t) {}));
       for (size_t i = 0; i < sums.size(); ++i) sums[i] += received[i];
     }
 
-    // Combine the kept piece of each tensor.
-    const auto [first, last] = tensors_in(offsets, keep_lo, keep_hi);
-    for (size_t t = first; t < last; ++t) {
-      const int64_t a = std::max(keep_lo, offsets[t]), b = std::min(keep_hi, offsets[t + 1]);
-      if (a >= b) continue;
+    // Combine: the coefficients of each tensor are final now.
+    std::vector<Scalar> coefs(2 * ntensors);  // this rank's piece's, then the partner's
+    for (size_t t = 0; t < ntensors; ++t) {
       const Scalar ca = coefficient(sums[3 * t], sums[3 * t + 1]);
       const Scalar cb = coefficient(sums[3 * t], sums[3 * t + 2]);
-      const char* mine = src + a * elem;
-      const char* theirs = scratch_.data() + (a - keep_lo) * elem;
-      dispatch(dtype, [&](auto e) {
-        using E = decltype(e);
-        using T = typename E::T;
-        combine<E>(reinterpret_cast<T*>(data + a * elem), reinterpret_cast<const T*>(mine),
-                   reinterpret_cast<const T*>(theirs), b - a, upper ? cb : ca, upper ? ca : cb);
-      });
+      coefs[2 * t] = upper ? cb : ca;
+      coefs[2 * t + 1] = upper ? ca : cb;
+    }
+    auto combine_range = [&](int64_t rlo, int64_t rhi) {
+      const auto [first, last] = tensors_in(offsets, rlo, rhi);
+      for (size_t t = first; t < last; ++t) {
+        const int64_t a = std::max(rlo, offsets[t]), b = std::min(rhi, offsets[t + 1]);
+        if (a >= b) continue;
+        const char* mine = src + a * elem;
+        const char* theirs = theirs_base + (a - keep_lo) * elem;
+        dispatch(dtype, [&](auto e) {
+          using E = decltype(e);
+          using T = typename E::T;
+          combine<E>(reinterpret_cast<T*>(data + a * elem), reinterpret_cast<const T*>(mine),
+                     reinterpret_cast<const T*>(theirs), b - a, coefs[2 * t], coefs[2 * t + 1]);
+        });
+      }
+    };
+    const int64_t seg = segment / elem;
+    if (2 * d < size_) {
+      // Into `out`, where the next level reads it.
+      for_each_segment_backward(keep_lo, keep_hi, seg, combine_range);
+    } else {
+      // The last level: each segment is combined and at once sent to the
+      // partner, as the first step of the allgather (whose partner is this
+      // level's), while it is still in cache.
+      HVL_RETURN_IF_ERROR(make_and_exchange(comm_, partner, kTagGather, data, elem, keep_lo, keep_hi, send_lo, send_hi,
+                                            seg, combine_range));
     }
     src = data;
     lo = keep_lo;
     hi = keep_hi;
   }
 
-  // ---- allgather: the levels walked back, distance halving ----
-  for (int level = static_cast<int>(parents.size()) - 1; level >= 0; --level) {
+  // ---- allgather: the levels walked back, distance halving (the first
+  // step, with the last level's partner, was done by make_and_exchange) ----
+  lo = parents.back().first;
+  hi = parents.back().second;
+  for (int level = static_cast<int>(parents.size()) - 2; level >= 0; --level) {
     const int partner = rank_ ^ (1 << level);
     const auto [plo, phi] = parents[static_cast<size_t>(level)];
     // The partner holds the other half of the parent range.
     const int64_t olo = lo == plo ? hi : plo, ohi = lo == plo ? phi : lo;
     HVL_RETURN_IF_ERROR(exchange(comm_, partner, kTagGather, data + lo * elem, (hi - lo) * elem, data + olo * elem,
-                                 (ohi - olo) * elem, segment, [](int64_t, int64_t) {}));
+                                 (ohi - olo) * elem, segment, 0, [](int64_t, int64_t) {}));
     lo = plo;
     hi = phi;
   }

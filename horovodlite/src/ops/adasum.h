@@ -22,6 +22,17 @@
 // result; the levels are walked back (distance halving) exchanging pieces
 // until every rank holds the whole vector, the same on every rank.
 //
+// Memory passes (the op is memory-bound on a host). The dot products must be
+// complete before any element is combined, so the kept piece is read twice:
+// once for the dot products, once for the combination. Everything else is
+// arranged so that no third pass is needed: the partner's segments are
+// received two at a time (kWindow in adasum.cc), each just before its dot
+// products, so it is read from cache; out of place, the first level receives
+// them straight into `out` (no scratch buffer to stream through); the
+// combination walks the piece back to front (the end of the dot-product pass is
+// what the cache still holds); and at the last level each combined segment is
+// sent at once as the first allgather step, while it is in cache.
+//
 // Per tensor: a fused buffer holds several tensors back to back, and each
 // tensor is combined with its own dot products (as Horovod does), so fusion
 // changes nothing in the result.

@@ -10,10 +10,12 @@ namespace horovodlite {
 
 HierarchicalAllgather::HierarchicalAllgather(const MpiContext& mpi, const Config& config,
                                              std::shared_ptr<FusionBuffer> fusion)
-    : MpiAllgather(mpi, std::move(fusion)) {
-  const int64_t threshold = hierarchical_threshold(mpi, config.hierarchical_allgather, config.ring_threshold_bytes,
-                                                   "HOROVODLITE_HIERARCHICAL_ALLGATHER", "");
-  if (threshold < 0) return;
+    : MpiAllgather(mpi, std::move(fusion)), config_(config) {
+  if (!hierarchical_set_up(mpi, config.hierarchical_allgather,
+                           config.autotune && !config.user_set.hierarchical_allgather,
+                           "HOROVODLITE_HIERARCHICAL_ALLGATHER", "")) {
+    return;
+  }
   Status s = mpi_status(MPI_Comm_dup(mpi.local_comm(), &local_), "MPI_Comm_dup (local)");
   if (s.ok()) s = mpi_status(MPI_Comm_dup(mpi.cross_comm(), &cross_), "MPI_Comm_dup (cross)");
   // A host's number: the cross rank of its local rank 0 (the cross communicators
@@ -46,7 +48,6 @@ HierarchicalAllgather::HierarchicalAllgather(const MpiContext& mpi, const Config
   MPI_Comm_set_errhandler(local_, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(cross_, MPI_ERRORS_RETURN);
   local_rank_ = mpi.local_rank();
-  threshold_ = threshold;
 }
 
 HierarchicalAllgather::~HierarchicalAllgather() {
@@ -58,7 +59,9 @@ HierarchicalAllgather::~HierarchicalAllgather() {
 }
 
 bool HierarchicalAllgather::enabled(const Response& r) const {
-  return threshold_ >= 0 && !members_.empty() && r.device == kCpuDevice && response_bytes(r) >= threshold_;
+  if (members_.empty() || r.device != kCpuDevice) return false;
+  const int64_t from = hierarchical_from_bytes(config_.hierarchical_allgather, config_.ring_threshold_bytes);
+  return from >= 0 && response_bytes(r) >= from;
 }
 
 Status HierarchicalAllgather::exchange(const void* send, void* buf, const std::vector<int>& counts,

@@ -24,11 +24,13 @@ namespace horovodlite {
 class HierarchicalAllgather : public MpiAllgather {
  public:
   // Collective over mpi.comm(): checks the hosts, duplicates the local and cross
-  // communicators and learns every rank's host and local rank.
+  // communicators and learns every rank's host and local rank. `config` must
+  // outlive the algorithm: its hierarchical_allgather is read at each response.
   HierarchicalAllgather(const MpiContext& mpi, const Config& config, std::shared_ptr<FusionBuffer> fusion);
   ~HierarchicalAllgather() override;
   const char* name() const override { return "HIERARCHICAL_ALLGATHER"; }
-  // Host allgathers whose output reaches the threshold (auto: RING_THRESHOLD; 1: any).
+  // Host allgathers whose output reaches the size config.hierarchical_allgather
+  // asks for now (auto: RING_THRESHOLD; on: any; off: none).
   bool enabled(const Response& r) const override;
 
  protected:
@@ -36,9 +38,9 @@ class HierarchicalAllgather : public MpiAllgather {
                   MPI_Datatype type) override;
 
  private:
+  const Config& config_;  // hierarchical_allgather: the live switch
   MPI_Comm local_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;
-  int64_t threshold_ = -1;  // bytes of output; -1: disabled
   int local_rank_ = 0;
   // members_[h][j]: the global rank of local rank j on host h (h: cross rank of
   // the host's local rank 0).

@@ -23,34 +23,38 @@ void split(int64_t n, int parts, std::vector<int>* counts, std::vector<int>* dis
 
 }  // namespace
 
-int64_t hierarchical_threshold(const MpiContext& mpi, Config::Hierarchical mode, int64_t ring_threshold_bytes,
-                               const char* variable, const char* instead) {
-  if (mode == Config::Hierarchical::kOff || mpi.size() < 2) return -1;
-  const int64_t threshold = mode == Config::Hierarchical::kOn ? 0 : ring_threshold_bytes;
-  if (threshold < 0) return -1;  // auto and RING_THRESHOLD=-1: never
-  // Collective: the same number of ranks on every host (min == max).
-  int sizes[2] = {mpi.local_size(), -mpi.local_size()};
-  if (MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, mpi.comm()) != MPI_SUCCESS) return -1;
-  const bool homogeneous = sizes[0] == -sizes[1];
-  if (!homogeneous || mpi.local_size() == 1 || mpi.cross_size() == 1) {
-    if (mode == Config::Hierarchical::kOn && mpi.rank() == 0) {
-      HVL_LOG(kInfo,
-              variable << "=1 has no effect here ("
-                       << (homogeneous ? "one host, or one rank per host" : "hosts have different numbers of ranks")
-                       << ")" << instead);
-    }
-    return -1;
+bool hierarchical_set_up(const MpiContext& mpi, Config::Hierarchical mode, bool tunable, const char* variable,
+                         const char* instead) {
+  if ((mode == Config::Hierarchical::kOff && !tunable) || mpi.size() < 2) return false;
+  bool alike = false, same_count = false;
+  if (!mpi.several_hosts_alike(&alike, &same_count).ok()) return false;
+  if (!alike && mode == Config::Hierarchical::kOn && mpi.rank() == 0) {
+    HVL_LOG(kInfo, variable << "=1 has no effect here ("
+                            << (same_count ? "one host, or one rank per host" : "hosts have different numbers of ranks")
+                            << ")" << instead);
   }
-  return threshold;
+  return alike;
+}
+
+int64_t hierarchical_from_bytes(Config::Hierarchical mode, int64_t ring_threshold_bytes) {
+  switch (mode) {
+    case Config::Hierarchical::kOn:
+      return 0;
+    case Config::Hierarchical::kAuto:
+      return ring_threshold_bytes < 0 ? -1 : ring_threshold_bytes;  // RING_THRESHOLD=-1: never
+    default:
+      return -1;
+  }
 }
 
 HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config& config,
                                              std::shared_ptr<FusionBuffer> fusion)
-    : HostAllreduce(mpi, std::move(fusion)) {
-  const int64_t threshold =
-      hierarchical_threshold(mpi, config.hierarchical_allreduce, config.ring_threshold_bytes,
-                             "HOROVODLITE_HIERARCHICAL_ALLREDUCE", ": the flat ring serves large allreduces");
-  if (threshold < 0) return;
+    : HostAllreduce(mpi, std::move(fusion)), config_(config) {
+  if (!hierarchical_set_up(mpi, config.hierarchical_allreduce,
+                           config.autotune && !config.user_set.hierarchical_allreduce,
+                           "HOROVODLITE_HIERARCHICAL_ALLREDUCE", ": the flat ring serves large allreduces")) {
+    return;
+  }
   Status dup = mpi_status(MPI_Comm_dup(mpi.local_comm(), &local_), "MPI_Comm_dup (local)");
   if (dup.ok()) dup = mpi_status(MPI_Comm_dup(mpi.cross_comm(), &cross_), "MPI_Comm_dup (cross)");
   dup = mpi.agree(dup, "hierarchical allreduce set-up", "MPI_Comm_dup failed there");
@@ -77,7 +81,6 @@ HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config
   RingAllreduceOptions options;
   options.segment_bytes = segment;
   ring_ = std::make_unique<RingAllreduce>(cross_, options);
-  threshold_ = threshold;
 }
 
 HierarchicalAllreduce::~HierarchicalAllreduce() {
@@ -90,7 +93,9 @@ HierarchicalAllreduce::~HierarchicalAllreduce() {
 }
 
 bool HierarchicalAllreduce::accepts(DataType, ReduceOp op, int64_t bytes) const {
-  return ring_ != nullptr && threshold_ >= 0 && bytes >= threshold_ && op != ReduceOp::kAdasum;
+  if (ring_ == nullptr || op == ReduceOp::kAdasum) return false;
+  const int64_t from = hierarchical_from_bytes(config_.hierarchical_allreduce, config_.ring_threshold_bytes);
+  return from >= 0 && bytes >= from;
 }
 
 Status HierarchicalAllreduce::reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,

@@ -27,14 +27,20 @@
 
 namespace horovodlite {
 
-// For the hierarchical algorithms (allreduce, allgather): from which size in bytes
-// `mode` (HIERARCHICAL_ALLREDUCE / _ALLGATHER) asks for it — auto: the ring
-// threshold; on: every size — or -1 where it does not apply: off, one rank, or
-// not several hosts with the same number (> 1) of ranks each (then, if it was
-// forced on, rank 0 logs `variable` and why, adding `instead`). Collective over
-// mpi.comm() unless off or never (every rank reads the same configuration).
-int64_t hierarchical_threshold(const MpiContext& mpi, Config::Hierarchical mode, int64_t ring_threshold_bytes,
-                               const char* variable, const char* instead);
+// For the hierarchical algorithms (allreduce, allgather). Whether to set one
+// up: `mode` (HIERARCHICAL_ALLREDUCE / _ALLGATHER) is not off, or it is
+// `tunable` (the autotuner may switch it on), and the job runs on several hosts
+// with the same number (> 1) of ranks each (if it was forced on and does not
+// apply, rank 0 logs `variable` and why, adding `instead`). Collective over
+// mpi.comm() unless it returns false at once (every rank reads the same
+// configuration).
+bool hierarchical_set_up(const MpiContext& mpi, Config::Hierarchical mode, bool tunable, const char* variable,
+                         const char* instead);
+// From which size in bytes `mode` asks for the algorithm — auto: the ring
+// threshold (-1 there: never); on: every size — or -1: off. The algorithms read
+// their mode from the configuration at every response, not at set-up: the
+// autotuner switches it between cycles (at the same cycle on every rank).
+int64_t hierarchical_from_bytes(Config::Hierarchical mode, int64_t ring_threshold_bytes);
 
 class HierarchicalAllreduce : public HostAllreduce {
  public:
@@ -43,8 +49,9 @@ class HierarchicalAllreduce : public HostAllreduce {
 
   // Collective over mpi.comm(): checks that every host has the same number of
   // ranks and duplicates the local and cross communicators. Enabled on several
-  // hosts with more than one rank each; HIERARCHICAL_ALLREDUCE decides from which
-  // size (auto: the ring threshold; 1: every size; 0: never).
+  // hosts with more than one rank each; config.hierarchical_allreduce, read at
+  // each response, decides from which size (auto: the ring threshold; on: every
+  // size; off: never). `config` must outlive the algorithm.
   HierarchicalAllreduce(const MpiContext& mpi, const Config& config, std::shared_ptr<FusionBuffer> fusion);
   ~HierarchicalAllreduce() override;
   const char* name() const override { return "HIERARCHICAL_ALLREDUCE"; }
@@ -60,9 +67,9 @@ class HierarchicalAllreduce : public HostAllreduce {
   Status run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale, bool wire16);
   Status ensure_scratch(int64_t bytes);
 
+  const Config& config_;            // hierarchical_allreduce: the live switch
   MPI_Comm local_ = MPI_COMM_NULL;  // dup of the local communicator: the local steps
   MPI_Comm cross_ = MPI_COMM_NULL;  // dup of the cross communicator: the ring
-  int64_t threshold_ = -1;          // bytes; -1: disabled
   int64_t piece_bytes_ = kPieceBytes;
   int local_rank_ = 0;
   int local_size_ = 1;
