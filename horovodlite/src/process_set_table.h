@@ -117,7 +117,10 @@ class ProcessSetTable {
 
   // The background thread's wait: until `deadline`, or at once when stop() says
   // so, or a queue has requests, or (with `in_flight`) a member set has ops in
-  // flight. wake() re-evaluates the wait (after `stop` has changed).
+  // flight. wake() re-evaluates the wait (after `stop` has changed). An idle
+  // rank (no process sets, nothing queued or in flight) waits up to kIdleWait
+  // past now instead of `deadline`: its next op's enqueue wakes it.
+  static constexpr std::chrono::milliseconds kIdleWait{100};
   void wait_for_work(Clock::time_point deadline, bool in_flight, const std::function<bool()>& stop);
   void wake();
 
@@ -132,6 +135,8 @@ class ProcessSetTable {
 
  private:
   class SetOps;  // ProcessSetState::local_ops
+  // Under mu_: no process sets, and no set has requests queued or ops in flight.
+  bool idle_locked() const;
   // Under mu_: why `name` cannot be enqueued on the set, or OK and *out = the set.
   Status check_enqueue_locked(int32_t set_id, const std::string& name, ProcessSetState** out);
   // A member's executor, local view and controller (collective over the set).

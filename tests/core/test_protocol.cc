@@ -282,6 +282,24 @@ TEST(Protocol, OpsWaitingForEachOtherCycleAtTheTimersPace) {
     check_sum(v[r], size);
   }
 }
+// A rank with nothing queued or in flight (and no process sets) waits for its
+// next op instead of running a vote every cycle time (ProcessSetTable::
+// wait_for_work, issue 29): over 300 ms of idleness a handful of cycles, not
+// ~300. The next op wakes the background thread at once and completes.
+TEST(Protocol, AnIdleRankWaitsForItsNextOpNotTheTimer) {
+  const int size = horovodlite::size();
+  ASSERT_DOUBLE_EQ(config().cycle_time_ms, 1.0);
+  HVL_ASSERT_OK(barrier_async()->wait());
+  const uint64_t before = stats().cycles;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const uint64_t cycles = stats().cycles - before;
+  // 300 ms / kIdleWait (100 ms), plus the cycles that finished the barrier.
+  EXPECT_LE(cycles, 10u) << cycles << " cycles in 300 ms with nothing to do";
+  auto v = ramp(8);
+  HVL_ASSERT_OK(sum_async("after.idle", v)->wait(std::chrono::seconds(60)));
+  check_sum(v, size);
+}
+
 TEST(Cache, LaterCyclesHitTheCache) {
   const int size = horovodlite::size();
   auto v = ramp(16);
