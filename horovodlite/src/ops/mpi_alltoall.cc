@@ -5,7 +5,7 @@
 
 namespace horovodlite {
 
-Status MpiAlltoall::alltoall(const Response& r, TensorEntry& e) {
+Status MpiAlltoall::alltoall(const Response& r, TensorEntry& e, OpOutput* output) {
   const int size = mpi_.size();
   std::vector<int64_t> recv_splits;
   HVL_RETURN_IF_ERROR(exchange_splits(e, mpi_.comm(), &recv_splits));
@@ -25,8 +25,8 @@ Status MpiAlltoall::alltoall(const Response& r, TensorEntry& e) {
   HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_.comm(), local, &out));
   MPI_Datatype t = MpiContext::move_type(r.dtype);
   HVL_MPI_CHECK(MPI_Alltoallv(e.input.data, sc.data(), sd.data(), t, out.data, rc.data(), rd.data(), t, mpi_.comm()));
-  e.handle->set_output(out);
-  e.handle->set_received_splits(std::move(recv_splits));
+  output->tensor = out;
+  output->received_splits = std::move(recv_splits);
   return Status::OK();
 }
 

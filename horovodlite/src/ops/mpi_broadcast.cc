@@ -18,7 +18,6 @@ Status MpiBroadcast::broadcast(const Response& r, TensorEntry& e) {
     HVL_MPI_CHECK(MPI_Bcast(data + done * elem, n, MpiContext::move_type(r.dtype), r.root, mpi_.comm()));
     done += n;
   }
-  e.handle->set_output(e.output);
   return Status::OK();
 }
 
