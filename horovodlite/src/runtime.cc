@@ -320,9 +320,13 @@ std::string Runtime::shutdown_message(const std::vector<int>& requesters, const 
 void Runtime::run(ProcessSetState& set, const Response& r, Clock::time_point ready) {
   const std::vector<TensorEntry*> entries = sets_->lookup(set, r.names);
   OpResult result = execute(set, r, entries, ready);
+  if (result.status.ok() && !result.outputs.empty() && result.outputs.size() != entries.size()) {
+    result.status =
+        Status::Internal(std::string(result.algorithm) + " returned " + std::to_string(result.outputs.size()) +
+                         " outputs for the " + std::to_string(entries.size()) + " tensors of '" + r.names[0] + "'");
+  }
   account(r, result);
-  if (r.type == OpType::kJoin && entries[0]) entries[0]->handle->set_last_joined_rank(r.last_joined_rank);
-  complete(set, r, std::move(result));
+  complete(set, r, entries, std::move(result));
 }
 
 OpResult Runtime::execute(ProcessSetState& set, const Response& r, const std::vector<TensorEntry*>& entries,
@@ -370,7 +374,18 @@ void Runtime::account(const Response& r, const OpResult& result) {
     HVL_LOG(kWarning, "collective on '" << r.names[0] << "' failed: " << result.status.message());
 }
 
-void Runtime::complete(ProcessSetState& set, const Response& r, OpResult result) {
+void Runtime::complete(ProcessSetState& set, const Response& r, const std::vector<TensorEntry*>& entries,
+                       OpResult result) {
+  // Results first: a waiter reads them once the handle has completed.
+  if (r.type == OpType::kJoin && entries[0]) entries[0]->handle->set_last_joined_rank(r.last_joined_rank);
+  if (result.status.ok() && !result.outputs.empty()) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i] == nullptr) continue;
+      OpOutput& out = result.outputs[i];
+      entries[i]->handle->set_output(out.tensor);
+      if (!out.received_splits.empty()) entries[i]->handle->set_received_splits(std::move(out.received_splits));
+    }
+  }
   // Remove the entries before completing them, so that a waiter may reuse the name at once.
   std::vector<std::unique_ptr<TensorEntry>> done = sets_->take(set, r.names);
   // Device ops complete once the device has finished (on the device's completion thread).

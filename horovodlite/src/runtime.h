@@ -94,8 +94,11 @@ class Runtime {
                    Clock::time_point ready);
   // Counters, logs and the stall reason an error response carries.
   void account(const Response& response, const OpResult& result);
-  // Removes the entries from the set's table and completes their handles.
-  void complete(ProcessSetState& set, const Response& response, OpResult result);
+  // Hands the op's results (outputs, received splits, the last joined rank) to
+  // the entries' handles, removes the entries from the set's table and
+  // completes the handles (now, or once the device work has finished).
+  void complete(ProcessSetState& set, const Response& response, const std::vector<TensorEntry*>& entries,
+                OpResult result);
   void abort_all(const Status& status);
   // The message ops in flight complete with when the job shuts down.
   std::string shutdown_message(const std::vector<int>& requesters, const std::vector<int>& exiting) const;

@@ -4,6 +4,7 @@
 #include "cuda/kernels.h"
 #include "op_util.h"
 #include "ops/fusion.h"
+#include "ops/outputs.h"
 
 namespace horovodlite {
 namespace cuda {
@@ -26,7 +27,7 @@ bool DeviceAllreduce::enabled(const Response& r) const {
   return accepts(wire, effective_op(r.reduce_op), total_elements(r) * static_cast<int64_t>(dtype_size(wire)));
 }
 
-Status DeviceAllreduce::enqueue(const OpArgs& args) {
+Status DeviceAllreduce::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   const std::vector<TensorEntry*>& entries = args.entries;
   const bool fp16 = fp16_compressed(r);
@@ -52,7 +53,7 @@ Status DeviceAllreduce::enqueue(const OpArgs& args) {
       HVL_RETURN_IF_ERROR(reduce(out, total, r.dtype, op));
     }
     HVL_CUDA_CHECK(scale(out, total, r.dtype, post, stream));
-    e.handle->set_output(e.output);
+    *outputs = outputs_in_place(entries);
     return Status::OK();
   }
 
@@ -73,7 +74,7 @@ Status DeviceAllreduce::enqueue(const OpArgs& args) {
   const int nout = static_cast<int>(out.size());
   HVL_CUDA_CHECK(fp16 ? batched_from_half(out.data(), nout, r.dtype, post, stream)
                       : batched_scale_copy(out.data(), nout, r.dtype, post, stream));
-  publish_outputs(entries);
+  *outputs = outputs_in_place(entries);
   return Status::OK();
 }
 

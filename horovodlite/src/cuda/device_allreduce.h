@@ -32,7 +32,7 @@ class DeviceAllreduce : public DeviceAlgorithm {
   virtual Status reduce_into(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
 
  protected:
-  Status enqueue(const OpArgs& args) final;
+  Status enqueue(const OpArgs& args, OpOutputs* outputs) final;
 };
 
 }  // namespace cuda

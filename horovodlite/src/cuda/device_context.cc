@@ -143,8 +143,9 @@ OpResult DeviceAlgorithm::run(const OpArgs& args) {
     return failed;
   }
   s = ctx_->wait_ready(args.entries);
-  if (s.ok()) s = enqueue(args);
-  OpResult result{s, name()};
+  OpOutputs outputs;
+  if (s.ok()) s = enqueue(args, &outputs);
+  OpResult result{s, name(), std::move(outputs)};
   result.deferred = ctx_->finish(&result.status);
   return result;
 }

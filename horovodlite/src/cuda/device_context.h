@@ -79,7 +79,8 @@ class DeviceAlgorithm : public Algorithm {
  protected:
   // Enqueues the work on ctx().stream(), after the inputs' ready events. Does
   // not wait for the device (host-staged work synchronises the stream only).
-  virtual Status enqueue(const OpArgs& args) = 0;
+  // Fills `outputs` (OpResult::outputs: one per entry) with what the op produces.
+  virtual Status enqueue(const OpArgs& args, OpOutputs* outputs) = 0;
   DeviceContext& ctx() const { return *ctx_; }
 
  private:

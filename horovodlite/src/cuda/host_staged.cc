@@ -3,11 +3,12 @@
 #include <algorithm>
 
 #include "cuda/cuda_status.h"
+#include "enforce.h"
 
 namespace horovodlite {
 namespace cuda {
 
-Status HostStaged::enqueue(const OpArgs& args) {
+Status HostStaged::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   const std::vector<TensorEntry*>& entries = args.entries;
   const size_t elem = dtype_size(r.dtype);
@@ -35,9 +36,6 @@ Status HostStaged::enqueue(const OpArgs& args) {
   std::vector<TensorEntry> staged(entries.size());
   std::vector<TensorEntry*> ptrs(entries.size(), nullptr);
   std::vector<TensorView> device_out(entries.size());
-  // What the host path produced: the staged output (broadcast, in place) or
-  // the pinned buffer its allocator handed out (allgather, alltoall, reducescatter).
-  std::vector<TensorView> host_out(entries.size());
   PinnedBuffer& stage_out = ctx().stage_out();
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i] == nullptr) continue;
@@ -48,8 +46,7 @@ Status HostStaged::enqueue(const OpArgs& args) {
     s.input.device = kCpuDevice;
     s.output = s.input;
     if (entries[i]->allocate) {
-      s.allocate = [i, orig = entries[i]->allocate, &device_out, &host_out, &stage_out](const Shape& shape,
-                                                                                        TensorView* out) {
+      s.allocate = [i, orig = entries[i]->allocate, &device_out, &stage_out](const Shape& shape, TensorView* out) {
         TensorView dev;
         HVL_RETURN_IF_ERROR(orig(shape, &dev));
         device_out[i] = dev;
@@ -59,26 +56,30 @@ Status HostStaged::enqueue(const OpArgs& args) {
         *out = dev;
         out->data = host;
         out->device = kCpuDevice;
-        host_out[i] = *out;
         return Status::OK();
       };
     }
-    if (!s.allocate) host_out[i] = s.output;
     ptrs[i] = &s;
   }
   Response hr = r;
   hr.device = kCpuDevice;
-  HVL_RETURN_IF_ERROR(host_(OpArgs{hr, ptrs, args.observer}).status);
+  // Its outputs: the staged output (broadcast, in place) or the pinned buffer
+  // the allocator handed out (allgather, alltoall, reducescatter).
+  OpResult host = host_(OpArgs{hr, ptrs, args.observer});
+  HVL_RETURN_IF_ERROR(host.status);
+  HVL_ENFORCE_EQ(host.outputs.size(), entries.size(), host.algorithm, " (host-staged) on '", r.names[0], "'");
 
   // 3. Results back to the device, after the allocators' ready events.
   HVL_RETURN_IF_ERROR(ctx().wait_ready(entries));
+  outputs->resize(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     TensorEntry* e = entries[i];
     if (e == nullptr) continue;
+    const TensorView& host_out = host.outputs[i].tensor;
     TensorView dev = e->allocate ? device_out[i] : e->output;
-    const size_t bytes = static_cast<size_t>(host_out[i].num_elements()) * elem;
-    if (bytes > 0) HVL_CUDA_CHECK(cudaMemcpyAsync(dev.data, host_out[i].data, bytes, cudaMemcpyHostToDevice, stream));
-    e->handle->set_output(dev);
+    const size_t bytes = static_cast<size_t>(host_out.num_elements()) * elem;
+    if (bytes > 0) HVL_CUDA_CHECK(cudaMemcpyAsync(dev.data, host_out.data, bytes, cudaMemcpyHostToDevice, stream));
+    (*outputs)[i] = OpOutput{dev, std::move(host.outputs[i].received_splits)};
   }
   return Status::OK();
 }

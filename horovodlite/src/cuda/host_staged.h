@@ -23,7 +23,7 @@ class HostStaged : public DeviceAlgorithm {
   bool enabled(const Response&) const override { return true; }
 
  protected:
-  Status enqueue(const OpArgs& args) override;
+  Status enqueue(const OpArgs& args, OpOutputs* outputs) override;
 
  private:
   HostRunFn host_;

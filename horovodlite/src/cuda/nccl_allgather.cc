@@ -9,7 +9,7 @@
 namespace horovodlite {
 namespace cuda {
 
-Status NcclAllgather::enqueue(const OpArgs& args) {
+Status NcclAllgather::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   TensorEntry& e = *args.entries.at(0);
   const int size = ctx().mpi().size(), rank = ctx().mpi().rank();
@@ -46,7 +46,7 @@ Status NcclAllgather::enqueue(const OpArgs& args) {
     HVL_RETURN_IF_ERROR(s);
     HVL_RETURN_IF_ERROR(end);
   }
-  e.handle->set_output(out);
+  outputs->push_back(OpOutput{out, {}});
   return Status::OK();
 }
 

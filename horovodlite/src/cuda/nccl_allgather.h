@@ -14,7 +14,7 @@ class NcclAllgather : public DeviceAlgorithm {
   bool enabled(const Response&) const override { return true; }
 
  protected:
-  Status enqueue(const OpArgs& args) override;
+  Status enqueue(const OpArgs& args, OpOutputs* outputs) override;
 };
 
 }  // namespace cuda

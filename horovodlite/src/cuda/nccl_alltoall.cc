@@ -7,7 +7,7 @@
 namespace horovodlite {
 namespace cuda {
 
-Status NcclAlltoall::enqueue(const OpArgs& args) {
+Status NcclAlltoall::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   TensorEntry& e = *args.entries.at(0);
   const int size = ctx().mpi().size(), rank = ctx().mpi().rank();
@@ -46,8 +46,7 @@ Status NcclAlltoall::enqueue(const OpArgs& args) {
   Status end = nccl_status(ncclGroupEnd(), "ncclGroupEnd");
   HVL_RETURN_IF_ERROR(s);
   HVL_RETURN_IF_ERROR(end);
-  e.handle->set_output(out);
-  e.handle->set_received_splits(std::move(recv_splits));
+  outputs->push_back(OpOutput{out, std::move(recv_splits)});
   return Status::OK();
 }
 

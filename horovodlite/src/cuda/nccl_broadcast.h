@@ -13,7 +13,7 @@ class NcclBroadcast : public DeviceAlgorithm {
   bool enabled(const Response&) const override { return true; }
 
  protected:
-  Status enqueue(const OpArgs& args) override;
+  Status enqueue(const OpArgs& args, OpOutputs* outputs) override;
 };
 
 }  // namespace cuda

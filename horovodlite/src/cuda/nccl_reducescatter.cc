@@ -17,7 +17,7 @@ bool NcclReducescatter::enabled(const Response& r) const {
   return nccl_reduce_type(r.dtype, effective_op(r.reduce_op), &t, &o);
 }
 
-Status NcclReducescatter::enqueue(const OpArgs& args) {
+Status NcclReducescatter::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   TensorEntry& e = *args.entries.at(0);
   const int size = ctx().mpi().size(), rank = ctx().mpi().rank();
@@ -69,7 +69,7 @@ Status NcclReducescatter::enqueue(const OpArgs& args) {
     HVL_RETURN_IF_ERROR(end);
   }
   HVL_CUDA_CHECK(scale(out.data, counts[rank], r.dtype, effective_postscale(r, size), stream));
-  e.handle->set_output(out);
+  outputs->push_back(OpOutput{out, {}});
   return Status::OK();
 }
 

@@ -15,7 +15,7 @@ class NcclReducescatter : public DeviceAlgorithm {
   bool enabled(const Response& response) const override;
 
  protected:
-  Status enqueue(const OpArgs& args) override;
+  Status enqueue(const OpArgs& args, OpOutputs* outputs) override;
 };
 
 }  // namespace cuda

@@ -26,6 +26,7 @@
 #include "kernels/reduce.h"
 #include "op_util.h"
 #include "ops/fusion.h"
+#include "ops/outputs.h"
 
 namespace horovodlite {
 
@@ -519,7 +520,9 @@ AdasumAllreduce::~AdasumAllreduce() {
 
 bool AdasumAllreduce::enabled(const Response& r) const { return r.reduce_op == ReduceOp::kAdasum; }
 
-OpResult AdasumAllreduce::run(const OpArgs& args) { return OpResult{allreduce(args), name()}; }
+OpResult AdasumAllreduce::run(const OpArgs& args) {
+  return OpResult{allreduce(args), name(), outputs_in_place(args.entries)};
+}
 
 Status AdasumAllreduce::allreduce(const OpArgs& args) {
   const Response& r = args.response;
@@ -549,7 +552,6 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
       HVL_RETURN_IF_ERROR(adasum_->run(in, e->output.data, r.tensor_sizes, r.dtype));
     }
     kernels::scale(e->output.data, n, r.dtype, post);
-    e->handle->set_output(e->output);
     return Status::OK();
   }
 
@@ -588,7 +590,6 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
     else
       kernels::scale_copy(t.dst, t.src, t.count, r.dtype, post);
   }
-  publish_outputs(entries);
   return Status::OK();
 }
 

@@ -29,14 +29,31 @@ class DeferredCompletion {
   virtual void complete(std::vector<std::unique_ptr<TensorEntry>> entries, const Status& status) = 0;
 };
 
+// What an op produced for one entry; the runtime hands it to the entry's handle
+// when the op succeeds (algorithms never touch handles).
+struct OpOutput {
+  // The output tensor: the view the entry was enqueued with (allreduce,
+  // broadcast) or the one its allocator returned (allgather, alltoall, reducescatter).
+  TensorView tensor;
+  std::vector<int64_t> received_splits;  // alltoall: the rows each rank sent this one
+};
+using OpOutputs = std::vector<OpOutput>;
+
 // What running a response returns.
 struct OpResult {
   OpResult() = default;
   explicit OpResult(Status s, const char* algorithm_name = "") : status(std::move(s)), algorithm(algorithm_name) {}
+  OpResult(Status s, const char* algorithm_name, OpOutputs op_outputs)
+      : status(std::move(s)), algorithm(algorithm_name), outputs(std::move(op_outputs)) {}
 
   Status status;
   // The timeline's name for the collective that ran (e.g. "RING_ALLREDUCE"); "" for none.
   const char* algorithm = "";
+  // outputs[i] belongs to entries[i] (response.names[i]); an entry this rank does
+  // not have (it joined) gets an empty one. Empty for ops without outputs
+  // (barrier, join, errors). Valid when `status` is OK (for a deferred op: once
+  // the device work it enqueued has finished).
+  OpOutputs outputs;
   // null: the caller completes the entries with `status` now.
   std::shared_ptr<DeferredCompletion> deferred;
   // The failure repeats one already logged (e.g. a failed device set-up, given to

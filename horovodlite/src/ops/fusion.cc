@@ -45,11 +45,6 @@ std::vector<CopyTask> FusionLayout::unpack(const std::vector<TensorEntry*>& entr
   return out;
 }
 
-void publish_outputs(const std::vector<TensorEntry*>& entries) {
-  for (TensorEntry* e : entries)
-    if (e != nullptr) e->handle->set_output(e->output);
-}
-
 int64_t response_bytes(const Response& r) {
   const auto elem = static_cast<int64_t>(dtype_size(r.dtype));
   switch (r.type) {

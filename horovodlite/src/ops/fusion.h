@@ -75,9 +75,6 @@ class FusionLayout {
   int64_t elements_ = 0;
 };
 
-// Hands each entry's output to its handle (after unpacking).
-void publish_outputs(const std::vector<TensorEntry*>& entries);
-
 // Tensors of at least this many bytes are never fused: the copies into and out of
 // the fusion buffer would cost more than a collective of their own.
 constexpr int64_t kFuseAloneBytes = int64_t(1) << 20;

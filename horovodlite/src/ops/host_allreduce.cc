@@ -7,6 +7,7 @@
 #include "kernels/reduce.h"
 #include "op_util.h"
 #include "ops/fusion.h"
+#include "ops/outputs.h"
 
 namespace horovodlite {
 
@@ -61,7 +62,7 @@ OpResult HostAllreduce::run(const OpArgs& args) {
   // float32/float64 data as it is; otherwise the data is converted to an fp16
   // buffer and reduced as fp16.
   const bool via_fp16_buffer = fp16_compressed(args.response) && !fp16_wire();
-  return OpResult{via_fp16_buffer ? allreduce_fp16(args) : allreduce(args), name()};
+  return OpResult{via_fp16_buffer ? allreduce_fp16(args) : allreduce(args), name(), outputs_in_place(args.entries)};
 }
 
 Status HostAllreduce::allreduce(const OpArgs& args) {
@@ -104,7 +105,6 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
       ObservedPhase phase(args.observer, r, name());
       HVL_RETURN_IF_ERROR(reduce_buffer(in, out, post));
     }
-    if (e != nullptr) e->handle->set_output(e->output);
     return Status::OK();
   }
 
@@ -126,7 +126,6 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
   }
   ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
   for (const CopyTask& t : layout.unpack(entries, buf, elem)) kernels::scale_copy(t.dst, t.src, t.count, r.dtype, post);
-  publish_outputs(entries);
   return Status::OK();
 }
 
@@ -152,7 +151,6 @@ Status HostAllreduce::allreduce_fp16(const OpArgs& args) {
   ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
   for (const CopyTask& t : layout.unpack(args.entries, wire, 2))
     from_half(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
-  publish_outputs(args.entries);
   return Status::OK();
 }
 

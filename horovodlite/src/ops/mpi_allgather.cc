@@ -8,7 +8,7 @@
 
 namespace horovodlite {
 
-Status MpiAllgather::allgather(const Response& r, TensorEntry& e) {
+Status MpiAllgather::allgather(const Response& r, TensorEntry& e, OpOutput* output) {
   int64_t rows = 0;
   for (int64_t n : r.tensor_sizes) rows += n;
   std::vector<int> counts, displs;
@@ -16,7 +16,7 @@ Status MpiAllgather::allgather(const Response& r, TensorEntry& e) {
   TensorView out;
   HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_, Status::OK(), &out));
   HVL_RETURN_IF_ERROR(exchange(e.input.data, out.data, counts, displs, MpiContext::move_type(r.dtype)));
-  e.handle->set_output(out);
+  output->tensor = out;
   return Status::OK();
 }
 
@@ -27,7 +27,7 @@ Status MpiAllgather::exchange(const void* send, void* buf, const std::vector<int
   return Status::OK();
 }
 
-Status MpiAllgather::fused(const OpArgs& args) {
+Status MpiAllgather::fused(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   const std::vector<TensorEntry*>& entries = args.entries;
   const size_t n = entries.size();
@@ -89,7 +89,7 @@ Status MpiAllgather::fused(const OpArgs& args) {
       }
     }
   }
-  for (size_t t = 0; t < n; ++t) entries[t]->handle->set_output(outs[t]);
+  for (size_t t = 0; t < n; ++t) (*outputs)[t].tensor = outs[t];
   return Status::OK();
 }
 

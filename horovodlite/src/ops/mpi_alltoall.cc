@@ -5,7 +5,7 @@
 
 namespace horovodlite {
 
-Status MpiAlltoall::alltoall(const Response& r, TensorEntry& e) {
+Status MpiAlltoall::alltoall(const Response& r, TensorEntry& e, OpOutput* output) {
   const int size = mpi_.size();
   std::vector<int64_t> recv_splits;
   HVL_RETURN_IF_ERROR(exchange_splits(e, mpi_, &recv_splits));
@@ -24,8 +24,8 @@ Status MpiAlltoall::alltoall(const Response& r, TensorEntry& e) {
   TensorView out;
   HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_, local, &out));
   HVL_RETURN_IF_ERROR(exchange(e.input.data, sc, sd, out.data, rc, rd, r.dtype));
-  e.handle->set_output(out);
-  e.handle->set_received_splits(std::move(recv_splits));
+  output->tensor = out;
+  output->received_splits = std::move(recv_splits);
   return Status::OK();
 }
 

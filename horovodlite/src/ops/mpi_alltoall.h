@@ -13,7 +13,11 @@ class MpiAlltoall : public Algorithm {
   explicit MpiAlltoall(const MpiContext& mpi) : mpi_(mpi) {}
   const char* name() const override { return "MPI_ALLTOALLV"; }
   bool enabled(const Response&) const override { return true; }
-  OpResult run(const OpArgs& args) override { return OpResult{alltoall(args.response, *args.entries.at(0)), name()}; }
+  OpResult run(const OpArgs& args) override {
+    OpOutputs outputs(1);
+    Status s = alltoall(args.response, *args.entries.at(0), &outputs[0]);
+    return OpResult{std::move(s), name(), std::move(outputs)};
+  }
 
  protected:
   // The exchange: sc[j] elements of `dtype` from `in` at sd[j] go to rank j;
@@ -23,7 +27,7 @@ class MpiAlltoall : public Algorithm {
   const MpiContext& mpi_;
 
  private:
-  Status alltoall(const Response& r, TensorEntry& e);
+  Status alltoall(const Response& r, TensorEntry& e, OpOutput* output);
 };
 
 }  // namespace horovodlite

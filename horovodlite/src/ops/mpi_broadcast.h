@@ -2,6 +2,7 @@
 
 #include "mpi_context.h"
 #include "ops/algorithm.h"
+#include "ops/outputs.h"
 
 namespace horovodlite {
 
@@ -11,7 +12,9 @@ class MpiBroadcast : public Algorithm {
   explicit MpiBroadcast(const MpiContext& mpi) : mpi_(mpi) {}
   const char* name() const override { return "MPI_BCAST"; }
   bool enabled(const Response&) const override { return true; }
-  OpResult run(const OpArgs& args) override { return OpResult{broadcast(args.response, *args.entries.at(0)), name()}; }
+  OpResult run(const OpArgs& args) override {
+    return OpResult{broadcast(args.response, *args.entries.at(0)), name(), outputs_in_place(args.entries)};
+  }
 
  protected:
   // `count` elements of `dtype` at `data` from `root` to every rank.

@@ -9,7 +9,7 @@
 
 namespace horovodlite {
 
-Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e) {
+Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e, OpOutput* output) {
   const int size = mpi_.size();
   const Shape& shape = e.input.shape;
   const int64_t total = e.input.num_elements();
@@ -26,7 +26,7 @@ Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e) {
   HVL_RETURN_IF_ERROR(reduce_scatter(tmp, out.data, icounts, r.dtype, effective_op(r.reduce_op)));
   const double post = effective_postscale(r, size);
   if (post != 1.0) kernels::scale(out.data, counts[mpi_.rank()], r.dtype, post);
-  e.handle->set_output(out);
+  output->tensor = out;
   return Status::OK();
 }
 
@@ -34,7 +34,7 @@ Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e) {
 
 namespace horovodlite {
 
-Status MpiReducescatter::fused(const OpArgs& args) {
+Status MpiReducescatter::fused(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   const std::vector<TensorEntry*>& entries = args.entries;
   const size_t n = entries.size();
@@ -96,7 +96,7 @@ Status MpiReducescatter::fused(const OpArgs& args) {
       at += c * static_cast<int64_t>(elem);
     }
   }
-  for (size_t t = 0; t < n; ++t) entries[t]->handle->set_output(outs[t]);
+  for (size_t t = 0; t < n; ++t) (*outputs)[t].tensor = outs[t];
   return Status::OK();
 }
 

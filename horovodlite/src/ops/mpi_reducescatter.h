@@ -21,7 +21,10 @@ class MpiReducescatter : public Algorithm {
   const char* name() const override { return "MPI_REDUCE_SCATTER"; }
   bool enabled(const Response&) const override { return true; }
   OpResult run(const OpArgs& args) override {
-    return OpResult{args.entries.size() == 1 ? reducescatter(args.response, *args.entries[0]) : fused(args), name()};
+    OpOutputs outputs(args.entries.size());
+    Status s =
+        args.entries.size() == 1 ? reducescatter(args.response, *args.entries[0], &outputs[0]) : fused(args, &outputs);
+    return OpResult{std::move(s), name(), std::move(outputs)};
   }
 
  protected:
@@ -31,8 +34,8 @@ class MpiReducescatter : public Algorithm {
   const MpiContext& mpi_;
 
  private:
-  Status reducescatter(const Response& r, TensorEntry& e);
-  Status fused(const OpArgs& args);
+  Status reducescatter(const Response& r, TensorEntry& e, OpOutput* output);
+  Status fused(const OpArgs& args, OpOutputs* outputs);
   std::shared_ptr<FusionBuffer> fusion_;
 };
 

@@ -8,6 +8,13 @@
 
 namespace horovodlite {
 
+OpOutputs outputs_in_place(const std::vector<TensorEntry*>& entries) {
+  OpOutputs outputs(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (entries[i] != nullptr) outputs[i].tensor = entries[i]->output;
+  return outputs;
+}
+
 std::vector<int64_t> allgather_counts(const Response& r, const Shape& input_shape) {
   const int64_t row = row_elements(input_shape);
   std::vector<int64_t> counts(r.tensor_sizes.size());

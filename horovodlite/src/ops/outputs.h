@@ -1,6 +1,7 @@
-// The outputs of the ops whose output size is known only after negotiation
-// (allgather, alltoall, reducescatter), computed alike by host and device
-// algorithms, and allocated so that a failure on one rank is an error on all.
+// The outputs an op returns in its result (OpResult::outputs), and those of the
+// ops whose output size is known only after negotiation (allgather, alltoall,
+// reducescatter), computed alike by host and device algorithms, and allocated
+// so that a failure on one rank is an error on all.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +11,13 @@
 #include "entry.h"
 #include "message.h"
 #include "mpi_context.h"
+#include "ops/algorithm.h"
 
 namespace horovodlite {
+
+// Each entry's output is the view it was enqueued with (allreduce, broadcast:
+// the result is written there); an empty one where this rank has no entry.
+OpOutputs outputs_in_place(const std::vector<TensorEntry*>& entries);
 
 // allgather: the elements each rank contributes (its dim 0 times one row).
 std::vector<int64_t> allgather_counts(const Response& r, const Shape& input_shape);

@@ -9,13 +9,7 @@
 // segment a rank sends is the i-th its right neighbour receives: the index
 // (mod kTagSpan) is the tag.
 //
-// Receives are posted in order, at most pipeline_depth ahead of the one being
-// processed. Reduce-scatter segments land in scratch slot (index mod depth).
-// Allgather segments land directly in the buffer, in the region this rank sent
-// during reduce-scatter step u; that send must have completed first (it is
-// tested while topping up the window, and waited for only when the receive is
-// the very next one needed: an earlier segment in the global order, so the
-// wait cannot close a cycle around the ring).
+// The window of receives and the order of sends: see "The schedule" below.
 #include "ops/ring_allreduce.h"
 
 #include <algorithm>
@@ -47,7 +41,7 @@ namespace {
 
 inline int mod(int a, int p) { return ((a % p) + p) % p; }
 
-// The checks both run() and run_fp16_wire() make of their op and buffers.
+// The checks of the op and buffers, for both wire formats.
 Status check_op_and_buffers(const void* in, const void* out, int64_t count, int64_t esize, ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
@@ -172,228 +166,251 @@ Status RingAllreduce::ensure_scratch(int64_t slot_bytes, int slots) {
   return Status::OK();
 }
 
+// ---- The wire format ----
+//
+// What run() and run_fp16_wire() do differently, everything else being the one
+// schedule below. Segment offsets and sizes count wire bytes; a segment's
+// values in the buffer are at offset / wire_bytes * value_bytes.
+//
+// Native (run()): values travel in the buffer's own type. Sends leave straight
+// from the buffer (`in` in the first step, `out` after that), allgather
+// segments are received straight into it, and the owner of a reduced chunk
+// scales it before passing it on, so scaled values travel.
+//
+// Staged (run_fp16_wire(): IEEE binary16 on the wire for a float32/float64
+// buffer, without whole-buffer conversion passes): each send is packed into a
+// send slot just before it goes, receives land in receive slots, the
+// reduce-scatter kernel also writes the half to forward when the send slot is
+// free, and the owner of each reduced chunk rounds it to half (in the buffer
+// too) before the allgather, so every rank ends with bitwise-identical values.
+// Unscaled halves travel: every rank scales its values once their half has been
+// made (sent on) or, for segments it does not pass on, once they are widened.
+struct RingAllreduce::Wire {
+  DataType dtype;
+  ReduceOp op;
+  double postscale;
+  int64_t value_bytes;  // per element in the buffer
+  int64_t wire_bytes;   // per element on the wire
+  bool staged;          // through send and receive slots (the wire type is not the buffer's)
+
+  static Wire native(DataType dtype, ReduceOp op, double postscale) {
+    const auto bytes = static_cast<int64_t>(dtype_size(dtype));
+    return Wire{dtype, op, postscale, bytes, bytes, false};
+  }
+  static Wire half(DataType dtype, ReduceOp op, double postscale) {
+    return Wire{dtype, op, postscale, static_cast<int64_t>(dtype_size(dtype)), 2, true};
+  }
+
+  int64_t elements(const Segment& s) const { return s.bytes / wire_bytes; }
+  template <typename T>
+  T* values(T* base, const Segment& s) const {
+    return base + s.byte_offset / wire_bytes * value_bytes;
+  }
+
+  // What one rank alone computes: the values as they would come off the wire.
+  void single_rank(uint8_t* out, const uint8_t* in, int64_t count) const {
+    if (!staged) {
+      kernels::scale_copy(out, in, count, dtype, postscale);
+      return;
+    }
+    uint16_t wire[1024];
+    for (int64_t done = 0; done < count; done += 1024) {
+      const int64_t n = std::min<int64_t>(1024, count - done);
+      kernels::to_half_n(wire, in + done * value_bytes, n, dtype);
+      kernels::from_half_n(out + done * value_bytes, wire, n, dtype);
+      kernels::scale_as_half(out + done * value_bytes, n, dtype, postscale);
+    }
+  }
+  // A reduce-scatter segment: values = in (op) received. `owned`: the last
+  // step, which completes this rank's chunk: native scales it; staged rounds it
+  // to half and, where `forward` is not null, writes the half to send there.
+  void reduce(uint8_t* values, const uint8_t* in, const uint8_t* received, uint8_t* forward, int64_t n,
+              bool owned) const {
+    if (!staged) {
+      kernels::reduce(values, in, received, n, dtype, op);
+      if (owned) kernels::scale(values, n, dtype, postscale);
+      return;
+    }
+    kernels::reduce_half(values, in, reinterpret_cast<const uint16_t*>(received), reinterpret_cast<uint16_t*>(forward),
+                         n, dtype, op, owned);
+  }
+  // Staged only: the wire form of n values.
+  void pack(uint8_t* wire, const uint8_t* values, int64_t n) const {
+    kernels::to_half_n(reinterpret_cast<uint16_t*>(wire), values, n, dtype);
+  }
+  // Staged only: an allgather segment's values from the wire; `passed_on`: its
+  // half goes on to the right (and it is scaled once that half has been made).
+  void unpack(uint8_t* values, const uint8_t* received, int64_t n, bool passed_on) const {
+    const auto* half = reinterpret_cast<const uint16_t*>(received);
+    if (postscale == 1.0) {
+      kernels::from_half_n_streaming(values, half, n, dtype);  // final values: not read again here
+      return;
+    }
+    kernels::from_half_n(values, half, n, dtype);
+    if (!passed_on) kernels::scale_as_half(values, n, dtype, postscale);
+  }
+  // Staged only: final values whose half has been made.
+  void scale_sent(uint8_t* values, int64_t n) const { kernels::scale_as_half(values, n, dtype, postscale); }
+};
+
 Status RingAllreduce::run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) {
   HVL_RETURN_IF_ERROR(init_status_);
-  if (count < 0) return Status::InvalidArgument("RingAllreduce: negative count " + std::to_string(count));
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  if (esize == 0) {
+  if (dtype_size(dtype) == 0) {
     return Status::InvalidArgument("RingAllreduce: invalid dtype " + std::to_string(static_cast<int>(dtype)));
   }
-  HVL_RETURN_IF_ERROR(check_op_and_buffers(in, out, count, esize, op));
-  if (count == 0) return Status::OK();
-  if (size_ == 1) {
-    kernels::scale_copy(out, in, count, dtype, postscale);
-    return Status::OK();
-  }
-  HVL_RETURN_IF_ERROR(plan(count, esize));
-  const int64_t largest_chunk = (count + size_ - 1) / size_;
-  const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / esize);
-  HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * esize, options_.pipeline_depth));
-  return execute(static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out), dtype, op, postscale);
+  return run_with(in, out, count, Wire::native(dtype, op, postscale));
 }
 
-Status RingAllreduce::post_send(const uint8_t* in, const uint8_t* out, int64_t i) {
-  const Segment& s = send_segments_[i];
-  const uint8_t* base = i < send_step_start_[1] ? in : out;
-  HVL_RETURN_IF_ERROR(context_->isend(base + s.byte_offset, static_cast<size_t>(s.bytes), mod(rank_ + 1, size_),
-                                      tag_of(i), &send_requests_[i]));
-  sends_posted_ = i + 1;
-  return Status::OK();
-}
-
-Status RingAllreduce::post_recv(uint8_t* out, int64_t k) {
-  const Segment& r = recv_segments_[k];
-  uint8_t* dst =
-      r.guard < 0 ? scratch_.get() + (k % options_.pipeline_depth) * scratch_slot_bytes_ : out + r.byte_offset;
-  HVL_RETURN_IF_ERROR(
-      context_->irecv(dst, static_cast<size_t>(r.bytes), mod(rank_ - 1, size_), tag_of(k), &recv_requests_[k]));
-  return Status::OK();
-}
-
-Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, DataType dtype, ReduceOp op, double postscale) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t depth = options_.pipeline_depth;
-  const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
-  const int64_t last_scatter_begin = recv_step_start_[size_ - 2];
-  sends_posted_ = 0;
-  int64_t next_recv = 0;
-  // Posts receives in order, up to `limit`, while they can be posted without
-  // blocking: an allgather receive goes straight into the buffer, into the
-  // region this rank sent from during the reduce-scatter, so that send must
-  // have been posted and have completed.
-  auto top_up = [&](int64_t limit) -> Status {
-    for (; next_recv < std::min(limit, nrecv); ++next_recv) {
-      const int64_t guard = recv_segments_[next_recv].guard;
-      if (guard >= sends_posted_) break;
-      if (guard >= 0) {
-        bool done = false;
-        HVL_RETURN_IF_ERROR(send_requests_[guard]->test(&done));
-        if (!done) break;
-      }
-      HVL_RETURN_IF_ERROR(post_recv(out, next_recv));
-    }
-    return Status::OK();
-  };
-  HVL_RETURN_IF_ERROR(top_up(depth));
-  for (int64_t i = send_step_start_[0]; i < send_step_start_[1]; ++i) HVL_RETURN_IF_ERROR(post_send(in, out, i));
-
-  for (int64_t k = 0; k < nrecv; ++k) {
-    if (k == next_recv) {
-      // Not posted yet: its guard send was posted while processing an earlier
-      // segment (or at the start) and is waited for here. That send matches a
-      // receive the neighbour posts before it gets to segment k, so this wait
-      // cannot close a cycle.
-      const int64_t guard = recv_segments_[k].guard;
-      if (guard >= sends_posted_) return Status::Internal("RingAllreduce: schedule error, guard send not posted");
-      if (guard >= 0) {
-        WaitingFor waiting(right_world_);
-        HVL_RETURN_IF_ERROR(send_requests_[guard]->wait());
-      }
-      HVL_RETURN_IF_ERROR(post_recv(out, k));
-      ++next_recv;
-    }
-    {
-      WaitingFor waiting(left_world_);
-      HVL_RETURN_IF_ERROR(recv_requests_[k]->wait());
-    }
-    const Segment& r = recv_segments_[k];
-    if (r.guard < 0) {  // a reduce-scatter segment: out = in (op) received
-      const uint8_t* slot = scratch_.get() + (k % depth) * scratch_slot_bytes_;
-      kernels::reduce(out + r.byte_offset, in + r.byte_offset, slot, r.bytes / esize, dtype, op);
-      // The last step completes a chunk this rank owns: scale it before it goes round.
-      if (k >= last_scatter_begin) kernels::scale(out + r.byte_offset, r.bytes / esize, dtype, postscale);
-    }
-    if (r.forward >= 0) HVL_RETURN_IF_ERROR(post_send(in, out, r.forward));
-    HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's scratch slot is free now
-  }
-  {
-    WaitingFor waiting(right_world_);
-    HVL_RETURN_IF_ERROR(transport::wait_all(&send_requests_));
-  }
-  return Status::OK();
-}
-
-// ---- fp16 on the wire ----
-//
-// Same plan as run(), cut in wire (half) units, but nothing is sent from or
-// received into the buffer: receives land in `depth` receive slots and are
-// consumed when processed; sends leave from `depth` send slots, send i from
-// slot i mod depth once send i - depth has completed. Sends are posted in
-// index order. Send i (i >= n0, the step-0 send count) forwards receive
-// i - n0: when that receive is processed and send i is next in line with its
-// slot free, the fused kernel writes the half straight into the slot and it
-// is posted at once; otherwise the reduced values wait in the buffer (rounded
-// already where they must be) and are converted when the slot frees, which is
-// also how the step-0 sends go out. A deferred send's region is not written
-// again before it is converted: the only later write is the allgather receive
-// of that region, whose data already includes this send's contribution.
-// Out of place, the step-0 sends are converted from `in`, everything else
-// reads and writes `out`. A postscale is applied to `out` only, to final
-// values: to a segment that is passed on (the owned chunk, or an allgather
-// segment forwarded) right after its half has been made, fused or deferred,
-// and to a segment of the last allgather step right after it is widened.
-//
-// The only blocking call waits for the next receive *or* the send whose slot
-// the next ready send needs, so no rank sits on a receive while a send its
-// neighbour needs is held back for a slot; receives are always posted ahead
-// (their slots free up in processing order), hence no cycle of waits.
 Status RingAllreduce::run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
                                     double postscale) {
   HVL_RETURN_IF_ERROR(init_status_);
-  if (count < 0) return Status::InvalidArgument("RingAllreduce: negative count " + std::to_string(count));
   if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) {
     return Status::InvalidArgument("RingAllreduce: fp16 wire needs float32 or float64, got dtype " +
                                    std::to_string(static_cast<int>(dtype)));
   }
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  HVL_RETURN_IF_ERROR(check_op_and_buffers(in, out, count, esize, op));
-  if (count == 0) return Status::OK();
-  const uint8_t* src = static_cast<const uint8_t*>(in);
-  uint8_t* dst = static_cast<uint8_t*>(out);
-  if (size_ == 1) {  // the result is still what the wire would carry
-    uint16_t half[1024];
-    for (int64_t done = 0; done < count; done += 1024) {
-      const int64_t n = std::min<int64_t>(1024, count - done);
-      kernels::to_half_n(half, src + done * esize, n, dtype);
-      kernels::from_half_n(dst + done * esize, half, n, dtype);
-      kernels::scale_as_half(dst + done * esize, n, dtype, postscale);
-    }
-    return Status::OK();
-  }
-  constexpr int64_t kWire = 2;
-  HVL_RETURN_IF_ERROR(plan(count, kWire));
-  const int64_t largest_chunk = (count + size_ - 1) / size_;
-  const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / kWire);
-  HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * kWire, 2 * options_.pipeline_depth));
-  return execute_fp16_wire(src, dst, dtype, op, postscale);
+  return run_with(in, out, count, Wire::half(dtype, op, postscale));
 }
 
-Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataType dtype, ReduceOp op,
-                                        double postscale) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+Status RingAllreduce::run_with(const void* in, void* out, int64_t count, const Wire& wire) {
+  if (count < 0) return Status::InvalidArgument("RingAllreduce: negative count " + std::to_string(count));
+  HVL_RETURN_IF_ERROR(check_op_and_buffers(in, out, count, wire.value_bytes, wire.op));
+  if (count == 0) return Status::OK();
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  if (size_ == 1) {
+    wire.single_rank(dst, src, count);
+    return Status::OK();
+  }
+  HVL_RETURN_IF_ERROR(plan(count, wire.wire_bytes));
+  const int64_t largest_chunk = (count + size_ - 1) / size_;
+  const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / wire.wire_bytes);
+  // Receive slots; staged sends have as many send slots after them.
+  const int slots = (wire.staged ? 2 : 1) * options_.pipeline_depth;
+  HVL_RETURN_IF_ERROR(ensure_scratch(std::min(largest_chunk, seg_elems) * wire.wire_bytes, slots));
+  return execute(src, dst, wire);
+}
+
+// ---- The schedule ----
+//
+// Receives are posted in order, at most pipeline_depth ahead of the one being
+// processed. Reduce-scatter segments land in receive slot (index mod depth),
+// and so do allgather segments of a staged wire; a native allgather segment
+// lands directly in the buffer, in the region this rank sent during
+// reduce-scatter step u, so that send (its guard) must have completed first:
+// it is tested while topping up the window, and waited for only when the
+// receive is the very next one needed (an earlier segment in the global order,
+// so the wait cannot close a cycle around the ring).
+//
+// Sends are posted in index order. Send i (i >= n0, the step-0 send count)
+// forwards receive i - n0, so it is ready once that receive is processed.
+// Native sends leave from the buffer and are posted as soon as they are ready.
+// A staged send leaves from send slot (i mod depth), free once send i - depth
+// has completed: when receive i - n0 is processed and send i is next in line
+// with its slot free, the reduce kernel writes the half straight into the slot
+// (an allgather segment's half is copied) and it is posted at once; otherwise
+// the values wait in the buffer (rounded already where they must be) and are
+// packed when the slot frees, which is also how the step-0 sends go out. A
+// deferred send's region is not written again before it is packed: the only
+// later write is the allgather receive of that region, whose data already
+// includes this send's contribution. Out of place, the step-0 sends read `in`;
+// everything else reads and writes `out`.
+//
+// The only blocking calls wait for the next receive *or* the send whose slot
+// the next ready send needs (staged), and for a guard send (native, as above),
+// so no rank sits on a receive while a send its neighbour needs is held back;
+// receives are posted ahead as their slots free up in processing order, hence
+// no cycle of waits.
+Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, const Wire& wire) {
+  const bool staged = wire.staged;
   const int64_t depth = options_.pipeline_depth;
   const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
   const int64_t nsend = static_cast<int64_t>(send_segments_.size());
   const int64_t n0 = send_step_start_[1];
   const int64_t last_scatter_begin = recv_step_start_[size_ - 2];
   const int64_t gather_begin = recv_step_start_[size_ - 1];
+  const int64_t gather_sends_begin = send_step_start_[size_ - 1];
   const int right = mod(rank_ + 1, size_);
   const int left = mod(rank_ - 1, size_);
-  auto recv_slot = [&](int64_t k) {
-    return reinterpret_cast<uint16_t*>(scratch_.get() + (k % depth) * scratch_slot_bytes_);
+  auto recv_slot = [&](int64_t k) { return scratch_.get() + (k % depth) * scratch_slot_bytes_; };
+  auto send_slot = [&](int64_t i) { return scratch_.get() + (depth + i % depth) * scratch_slot_bytes_; };
+  // Where receive k lands, and where send i leaves from.
+  auto recv_dst = [&](int64_t k) {
+    return staged || k < gather_begin ? recv_slot(k) : wire.values(out, recv_segments_[k]);
   };
-  auto send_slot = [&](int64_t i) {
-    return reinterpret_cast<uint16_t*>(scratch_.get() + (depth + i % depth) * scratch_slot_bytes_);
-  };
-  auto at = [&](const uint8_t* base, const Segment& s) { return base + s.byte_offset / 2 * esize; };
-  auto values = [&](const Segment& s) { return out + s.byte_offset / 2 * esize; };
-  // Allgather sends carry final values: the chunk this rank owns, then chunks
-  // received and passed on. Their values in `out` are scaled only once their
-  // half has been made (a deferred send converts them later).
-  const int64_t gather_sends_begin = send_step_start_[size_ - 1];
-  auto scale_sent = [&](int64_t i) {
-    if (i >= gather_sends_begin) {
-      kernels::scale_as_half(values(send_segments_[i]), send_segments_[i].bytes / 2, dtype, postscale);
-    }
+  auto send_src = [&](int64_t i) -> const uint8_t* {
+    return staged ? send_slot(i) : wire.values(i < n0 ? in : out, send_segments_[i]);
   };
   auto slot_free = [&](int64_t i, bool* free) -> Status {
     bool done = true;
-    if (i >= depth) HVL_RETURN_IF_ERROR(send_requests_[i - depth]->test(&done));
+    if (staged && i >= depth) HVL_RETURN_IF_ERROR(send_requests_[i - depth]->test(&done));
     *free = done;
     return Status::OK();
   };
-  auto isend = [&](int64_t i) -> Status {
-    HVL_RETURN_IF_ERROR(context_->isend(send_slot(i), static_cast<size_t>(send_segments_[i].bytes), right, tag_of(i),
-                                        &send_requests_[i]));
+  auto post_recv = [&](int64_t k) -> Status {
+    return context_->irecv(recv_dst(k), static_cast<size_t>(recv_segments_[k].bytes), left, tag_of(k),
+                           &recv_requests_[k]);
+  };
+  // Posts send i, whose wire bytes are ready; a staged allgather send's values
+  // are scaled now that their half has been made.
+  auto post_send = [&](int64_t i) -> Status {
+    const Segment& s = send_segments_[i];
+    HVL_RETURN_IF_ERROR(
+        context_->isend(send_src(i), static_cast<size_t>(s.bytes), right, tag_of(i), &send_requests_[i]));
     sends_posted_ = i + 1;
+    if (staged && i >= gather_sends_begin) wire.scale_sent(wire.values(out, s), wire.elements(s));
     return Status::OK();
   };
   // Posts, in order, the sends that are ready once `processed` receives have
-  // been processed, converting each from the buffer, while slots are free.
+  // been processed, packing staged ones from the buffer, while slots are free.
   auto pump_sends = [&](int64_t processed) -> Status {
     const int64_t ready = std::min(nsend, n0 + processed);
     while (sends_posted_ < ready) {
-      bool free = false;
-      HVL_RETURN_IF_ERROR(slot_free(sends_posted_, &free));
-      if (!free) break;
       const int64_t i = sends_posted_;
+      bool free = false;
+      HVL_RETURN_IF_ERROR(slot_free(i, &free));
+      if (!free) break;
       const Segment& s = send_segments_[i];
-      kernels::to_half_n(send_slot(i), at(i < n0 ? in : out, s), s.bytes / 2, dtype);
-      HVL_RETURN_IF_ERROR(isend(i));
-      scale_sent(i);
+      if (staged) wire.pack(send_slot(i), wire.values(i < n0 ? in : out, s), wire.elements(s));
+      HVL_RETURN_IF_ERROR(post_send(i));
+    }
+    return Status::OK();
+  };
+  int64_t next_recv = 0;
+  // Posts receives in order, up to `limit`, while their destination is free
+  // (a native allgather receive: once its guard send has completed).
+  auto top_up = [&](int64_t limit) -> Status {
+    for (; next_recv < std::min(limit, nrecv); ++next_recv) {
+      const int64_t guard = staged ? -1 : recv_segments_[next_recv].guard;
+      if (guard >= sends_posted_) break;
+      if (guard >= 0) {
+        bool done = false;
+        HVL_RETURN_IF_ERROR(send_requests_[guard]->test(&done));
+        if (!done) break;
+      }
+      HVL_RETURN_IF_ERROR(post_recv(next_recv));
     }
     return Status::OK();
   };
 
   sends_posted_ = 0;
-  int64_t next_recv = 0;
+  HVL_RETURN_IF_ERROR(top_up(depth));
+  HVL_RETURN_IF_ERROR(pump_sends(0));
   for (int64_t k = 0; k < nrecv; ++k) {
-    for (; next_recv < std::min(nrecv, k + depth); ++next_recv) {
-      HVL_RETURN_IF_ERROR(context_->irecv(recv_slot(next_recv), static_cast<size_t>(recv_segments_[next_recv].bytes),
-                                          left, tag_of(next_recv), &recv_requests_[next_recv]));
+    if (k == next_recv) {
+      // Native only: not posted yet, its guard send was posted while processing
+      // an earlier segment (or at the start) and is waited for here. That send
+      // matches a receive the neighbour posts before it gets to segment k, so
+      // this wait cannot close a cycle.
+      const int64_t guard = recv_segments_[k].guard;
+      if (guard >= sends_posted_) return Status::Internal("RingAllreduce: schedule error, guard send not posted");
+      if (guard >= 0) {
+        WaitingFor waiting(right_world_);
+        HVL_RETURN_IF_ERROR(send_requests_[guard]->wait());
+      }
+      HVL_RETURN_IF_ERROR(post_recv(k));
+      ++next_recv;
     }
-    HVL_RETURN_IF_ERROR(pump_sends(k));
-    // Wait for receive k, or for the send whose slot the next ready send needs.
+    // Staged: wait for receive k, or for the send whose slot the next ready send needs.
     while (sends_posted_ < std::min(nsend, n0 + k)) {
       transport::Request* both[2] = {recv_requests_[k].get(), send_requests_[sends_posted_ - depth].get()};
       int which = -1;
@@ -410,29 +427,25 @@ Status RingAllreduce::execute_fp16_wire(const uint8_t* in, uint8_t* out, DataTyp
     }
 
     const Segment& r = recv_segments_[k];
-    const int64_t n = r.bytes / 2;
-    uint16_t* received = recv_slot(k);
-    uint16_t* forward = nullptr;
-    if (r.forward >= 0 && r.forward == sends_posted_) {
+    const int64_t n = wire.elements(r);
+    const uint8_t* received = recv_slot(k);
+    uint8_t* forward = nullptr;  // staged: the free slot of the send that passes this segment on
+    if (staged && r.forward >= 0 && r.forward == sends_posted_) {
       bool free = false;
       HVL_RETURN_IF_ERROR(slot_free(r.forward, &free));
       if (free) forward = send_slot(r.forward);
     }
-    if (k < gather_begin) {  // reduce-scatter; the last step rounds the owned chunk to half
-      kernels::reduce_half(values(r), at(in, r), received, forward, n, dtype, op, k >= last_scatter_begin);
-    } else if (postscale == 1.0) {
-      kernels::from_half_n_streaming(values(r), received, n, dtype);  // final values: not read again here
-    } else {
-      kernels::from_half_n(values(r), received, n, dtype);
-      if (r.forward < 0) kernels::scale_as_half(values(r), n, dtype, postscale);  // else once its half has gone on
+    if (k < gather_begin) {
+      wire.reduce(wire.values(out, r), wire.values(in, r), received, forward, n, k >= last_scatter_begin);
+    } else if (staged) {
+      wire.unpack(wire.values(out, r), received, n, r.forward >= 0);
+      if (forward) std::memcpy(forward, received, static_cast<size_t>(r.bytes));
     }
-    if (forward) {
-      if (k >= gather_begin) std::memcpy(forward, received, static_cast<size_t>(r.bytes));
-      HVL_RETURN_IF_ERROR(isend(r.forward));
-      scale_sent(r.forward);
-    }
+    if (forward) HVL_RETURN_IF_ERROR(post_send(r.forward));
+    HVL_RETURN_IF_ERROR(pump_sends(k + 1));
+    HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's slot is free now
   }
-  while (sends_posted_ < nsend) {
+  while (sends_posted_ < nsend) {  // staged sends still waiting for a slot
     HVL_RETURN_IF_ERROR(pump_sends(nrecv));
     if (sends_posted_ < nsend) {
       WaitingFor waiting(right_world_);

@@ -16,11 +16,10 @@
 //
 // run_fp16_wire() is the same schedule with IEEE binary16 on the wire for a
 // float32/float64 buffer (fp16 compression without whole-buffer conversion
-// passes): each outgoing segment is converted into a small send slot just
-// before it is sent, received halves are reduced straight into the buffer by
-// a fused kernel that also writes the half to forward, and the owner of each
-// reduced chunk rounds it to half (in the buffer too) before the allgather, so
-// every rank ends with bitwise-identical values.
+// passes). The schedule is written once; what differs with the wire format
+// (element size on the wire, where sends leave from and receives land, the
+// pack/unpack casts, the reduce kernel, where the postscale is applied) is the
+// private Wire policy in ring_allreduce.cc.
 #pragma once
 
 #include <mpi.h>
@@ -112,11 +111,12 @@ class RingAllreduce {
   // Builds the segment schedule; fails if it needs more segments than an int counts.
   Status plan(int64_t count, int64_t esize);
   Status ensure_scratch(int64_t slot_bytes, int slots);
-  Status execute(const uint8_t* in, uint8_t* out, DataType dtype, ReduceOp op, double postscale);
-  Status execute_fp16_wire(const uint8_t* in, uint8_t* out, DataType dtype, ReduceOp op, double postscale);
-  // Send `index` leaves from `in` in the first step, from `out` after that.
-  Status post_send(const uint8_t* in, const uint8_t* out, int64_t index);
-  Status post_recv(uint8_t* out, int64_t index);
+  // How values travel (the buffer's type, or fp16): the one parameter of the schedule.
+  struct Wire;
+  // Checks, the one-rank case, the plan and the scratch slots, then execute().
+  Status run_with(const void* in, void* out, int64_t count, const Wire& wire);
+  // The schedule, for both wire formats.
+  Status execute(const uint8_t* in, uint8_t* out, const Wire& wire);
   int tag_of(int64_t index) const {
     return options_.tag_base + static_cast<int>(index % RingAllreduceOptions::kTagSpan);
   }

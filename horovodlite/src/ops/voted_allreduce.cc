@@ -3,6 +3,7 @@
 #include "enforce.h"
 #include "kernels/reduce.h"
 #include "op_util.h"
+#include "ops/outputs.h"
 
 namespace horovodlite {
 
@@ -16,13 +17,14 @@ Status copy_out(const OpArgs& args, int size) {
   TensorEntry* e = args.entries.empty() ? nullptr : args.entries[0];
   if (e != nullptr) {
     kernels::scale_copy(e->output.data, r.reduced, r.tensor_sizes[0], r.dtype, effective_postscale(r, size));
-    e->handle->set_output(e->output);
   }
   return Status::OK();
 }
 
 }  // namespace
 
-OpResult VotedAllreduce::run(const OpArgs& args) { return OpResult{copy_out(args, size_), name()}; }
+OpResult VotedAllreduce::run(const OpArgs& args) {
+  return OpResult{copy_out(args, size_), name(), outputs_in_place(args.entries)};
+}
 
 }  // namespace horovodlite
