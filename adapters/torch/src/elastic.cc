@@ -15,7 +15,7 @@
 #include "horovodlite/torch/broadcast.h"
 #include "horovodlite/torch/collectives.h"
 #include "horovodlite/torch/error.h"
-#include "optimizer_blob.h"
+#include "optimizer_snapshot.h"
 
 namespace horovodlite {
 namespace torch {
@@ -268,13 +268,18 @@ std::vector<std::pair<std::string, at::Tensor>> named_state(const ::torch::nn::M
 }  // namespace
 
 TorchState::TorchState(::torch::nn::Module& model, ::torch::optim::Optimizer* optimizer, Values values)
-    : model_(model), optimizer_(optimizer), values_(std::move(values)) {
+    : model_(model),
+      optimizer_(optimizer),
+      values_(std::move(values)),
+      saved_optimizer_(std::make_unique<torch::detail::OptimizerSnapshot>()) {
   for (const auto& kv : values_) {
     check_argument(kv.first.find_first_of("=\n") == std::string::npos,
                    "elastic::TorchState: value names must not hold '=' or a newline: '" + kv.first + "'");
   }
   TorchState::save();
 }
+
+TorchState::~TorchState() = default;
 
 int64_t TorchState::value(const std::string& key) const {
   auto it = values_.find(key);
@@ -310,7 +315,7 @@ void TorchState::save() {
       saved_tensors_.emplace_back(item.first, live.detach().clone());
     }
   }
-  if (optimizer_ != nullptr) saved_optimizer_ = torch::detail::serialize_optimizer(*optimizer_);
+  if (optimizer_ != nullptr) saved_optimizer_->save(*optimizer_);
   saved_values_ = values_;
   for (Object& o : objects_) o.saved = o.get();
 }
@@ -324,7 +329,7 @@ void TorchState::restore() {
       if (it != saved.end() && item.second.defined()) item.second.copy_(it->second);
     }
   }
-  if (optimizer_ != nullptr) torch::detail::deserialize_optimizer(saved_optimizer_, *optimizer_);
+  if (optimizer_ != nullptr) saved_optimizer_->restore(*optimizer_);
   values_ = saved_values_;
   for (Object& o : objects_) o.set(o.saved);
 }

@@ -31,6 +31,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -41,6 +42,9 @@
 
 namespace horovodlite {
 namespace torch {
+namespace detail {
+class OptimizerSnapshot;
+}  // namespace detail
 namespace elastic {
 
 // Bits of the driver's host update (runner/elastic/discovery.py HostUpdateResult).
@@ -119,6 +123,7 @@ class TorchState : public State {
       : TorchState(model, &optimizer, std::move(values)) {}
   TorchState(::torch::nn::Module& model, DistributedOptimizer& optimizer, Values values = {})
       : TorchState(model, &optimizer.optimizer(), std::move(values)) {}
+  ~TorchState() override;
 
   // A named value (created as 0 if missing: name them all in the constructor,
   // the same on every rank).
@@ -149,7 +154,7 @@ class TorchState : public State {
   Values values_;
   Values saved_values_;
   std::vector<std::pair<std::string, at::Tensor>> saved_tensors_;  // parameters and buffers, by name
-  std::string saved_optimizer_;
+  std::unique_ptr<::horovodlite::torch::detail::OptimizerSnapshot> saved_optimizer_;
   std::vector<Object> objects_;
 };
 
