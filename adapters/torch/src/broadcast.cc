@@ -11,6 +11,7 @@
 #include "horovodlite/torch/basics.h"
 #include "horovodlite/torch/collectives.h"
 #include "horovodlite/torch/error.h"
+#include "optimizer_blob.h"
 
 namespace horovodlite {
 namespace torch {
@@ -29,9 +30,16 @@ void synchronize_all(std::vector<AsyncHandle>& handles) {
   if (first) throw *first;
 }
 
+}  // namespace
+
+namespace detail {
+namespace {
+
 constexpr char kOptimizerKey[] = "optimizer";
 constexpr char kGroupCountKey[] = "group_count";
 constexpr char kGroupOptionsKey[] = "group_options/";
+
+}  // namespace
 
 std::string serialize_optimizer(const ::torch::optim::Optimizer& optimizer) {
   ::torch::serialize::OutputArchive top;
@@ -72,7 +80,7 @@ void deserialize_optimizer(const std::string& blob, ::torch::optim::Optimizer& o
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 void broadcast_parameters(const NamedTensors& tensors, int root_rank, const std::string& prefix,
                           const ProcessSet& process_set) {
@@ -106,9 +114,9 @@ void broadcast_parameters(const ::torch::nn::Module& module, int root_rank, cons
 
 void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_rank, const ProcessSet& process_set) {
   const bool is_root = rank() == root_rank;
-  std::string blob = is_root ? serialize_optimizer(optimizer) : std::string();
+  std::string blob = is_root ? detail::serialize_optimizer(optimizer) : std::string();
   blob = broadcast_bytes(blob, root_rank, "broadcast_optimizer_state", process_set);
-  if (!is_root) deserialize_optimizer(blob, optimizer);
+  if (!is_root) detail::deserialize_optimizer(blob, optimizer);
 }
 
 std::string broadcast_bytes(const std::string& bytes, int root_rank, const std::string& name,

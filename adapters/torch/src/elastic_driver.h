@@ -1,0 +1,38 @@
+// The worker's side of the elastic driver's HTTP protocol
+// (python/horovodlite/runner/elastic/driver.py): a plain GET over one short
+// connection, and the driver's answers, flat JSON objects of numbers and
+// strings. Private to the adapter.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "horovodlite/common.h"
+
+namespace horovodlite {
+namespace torch {
+namespace elastic {
+namespace detail {
+
+// The driver's address from HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT; false if unset.
+bool driver_address(std::string* host, int* port);
+
+// GET `path` from the driver at host:port; *body is the reply's body. An error status (naming
+// the address and the path) when the driver cannot be reached, does not answer
+// within `timeout`, or answers other than 200.
+Status http_get(const std::string& host, int port, const std::string& path, std::chrono::milliseconds timeout,
+                std::string* body);
+
+// A flat JSON object ({"k": 1, "s": "text", "n": null}) as key -> text (strings
+// unescaped, numbers and literals as written). InvalidArgument on anything else.
+Status parse_flat_json(const std::string& text, std::map<std::string, std::string>* out);
+
+// *value = the integer at `key`; InvalidArgument naming the key if missing or not one.
+Status json_int(const std::map<std::string, std::string>& object, const std::string& key, int64_t* value);
+
+}  // namespace detail
+}  // namespace elastic
+}  // namespace torch
+}  // namespace horovodlite

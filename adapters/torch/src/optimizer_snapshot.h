@@ -1,0 +1,35 @@
+// A copy of an optimizer's state in memory (the elastic state's commit): the
+// per-parameter state of the built-in optimizers (SGD, Adam, AdamW, RMSprop,
+// Adagrad: copied tensor by tensor into the previous snapshot's buffers; LBFGS:
+// cloned), and every param group's options; other (user) optimizers through the
+// serialized archive broadcast_optimizer_state sends. Private to the adapter.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace horovodlite {
+namespace torch {
+namespace detail {
+
+class OptimizerSnapshot {
+ public:
+  void save(const ::torch::optim::Optimizer& optimizer);
+  // Makes the optimizer's state and options the snapshot's (copies: training
+  // afterwards does not change the snapshot).
+  void restore(::torch::optim::Optimizer& optimizer) const;
+
+ private:
+  std::unordered_map<void*, std::unique_ptr<::torch::optim::OptimizerParamState>> state_;
+  std::vector<std::unique_ptr<::torch::optim::OptimizerOptions>> options_;
+  std::string blob_;  // the archive, when some state is of a type not copied directly
+  bool serialized_ = false;
+};
+
+}  // namespace detail
+}  // namespace torch
+}  // namespace horovodlite
