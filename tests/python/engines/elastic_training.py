@@ -10,7 +10,9 @@ import os
 import time
 
 
-def train(outdir, steps, die_rank, die_at, how="exit", blocker=None):
+def train(outdir, steps, die_rank, die_at, how="exit", blocker=None, grow_to=None):
+    """grow_to: go on past `steps` (up to 400 more) until the world has grown back
+    to this size (decided on the step count and size, the same on every rank)."""
     started_generation = int(os.environ.get("HOROVODLITE_ELASTIC_GENERATION", "0"))
     import horovodlite.torch as hvd
     import torch
@@ -19,7 +21,7 @@ def train(outdir, steps, die_rank, die_at, how="exit", blocker=None):
 
     @hvd.elastic.run
     def loop(state):
-        while state.step < steps:
+        while state.step < steps or (grow_to and hvd.size() < grow_to and state.step < steps + 400):
             generation = os.environ.get("HOROVODLITE_ELASTIC_GENERATION")
             if hvd.rank() == die_rank and state.step == die_at and generation == "1":
                 _die(how, blocker)
