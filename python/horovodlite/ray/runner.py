@@ -72,6 +72,18 @@ class BaseHorovodWorker:
     def run(self, fn, args, kwargs):
         return fn(*args, **kwargs)
 
+    def run_elastic(self, fn, args, kwargs, env):
+        """A worker of an elastic job: fn under the driver's environment.
+        ("result", value), or ("left", code) when fn ended the worker (no place
+        in the next world: SystemExit(0))."""
+        self.update_env_vars(env)
+        try:
+            return "result", fn(*args, **kwargs)
+        except SystemExit as e:
+            if e.code not in (None, 0):
+                raise RuntimeError("fn called sys.exit(%r)" % (e.code,)) from None
+            return "left", 0
+
     def shutdown_horovodlite(self):
         mod = sys.modules.get("horovodlite.torch")
         if mod is not None and mod.is_initialized():
@@ -88,8 +100,12 @@ class RayExecutor:
         results = executor.run(train_fn, args=(...,))   # one result per rank, by rank
         executor.shutdown()
 
-    Either num_workers, or num_hosts with num_workers_per_host. Elastic
-    training (min_workers / max_workers) is not supported yet.
+    Either num_workers, or num_hosts with num_workers_per_host; or, for an
+    elastic job (horovodlite.ray.elastic), min_workers with an optional
+    max_workers: run(fn) then starts between min_workers and max_workers actors
+    (as many as Ray can place) running fn, which uses hvd.elastic.run and a
+    State; a failed worker re-forms the world with the others, and a new actor
+    takes its place when Ray can place one again.
     """
 
     @staticmethod
@@ -106,9 +122,14 @@ class RayExecutor:
                  use_gpu=False, gpus_per_worker=None, use_current_placement_group=True, min_workers=None,
                  max_workers=None, reset_limit=None, cooldown_range=None, elastic_timeout=1200,
                  override_discovery=True):
-        if min_workers is not None or max_workers is not None:
-            raise NotImplementedError("horovodlite.ray.RayExecutor: elastic training (min_workers/max_workers) is "
-                                      "not supported yet; pass num_workers")
+        self.settings = settings or RaySettings()
+        self.elastic = min_workers is not None or max_workers is not None
+        if self.elastic:
+            self._init_elastic(num_workers, num_hosts, cpus_per_worker, min_workers, max_workers, reset_limit,
+                               cooldown_range, elastic_timeout, override_discovery)
+            self.gpus_per_worker = gpus_per_worker if gpus_per_worker is not None else (1 if use_gpu else 0)
+            self.use_gpu = use_gpu
+            return
         if (num_workers is None) == (num_hosts is None):
             raise ValueError("horovodlite.ray.RayExecutor: pass either num_workers or num_hosts (with "
                              "num_workers_per_host), not %s" % ("both" if num_workers is not None else "neither"))
@@ -118,7 +139,6 @@ class RayExecutor:
                 raise ValueError("horovodlite.ray.RayExecutor: %s must be a positive int, got %r" % (name, value))
         if cpus_per_worker <= 0:
             raise ValueError("horovodlite.ray.RayExecutor: cpus_per_worker must be > 0, got %r" % (cpus_per_worker,))
-        self.settings = settings or RaySettings()
         self.num_hosts = num_hosts
         self.num_workers_per_host = num_workers_per_host
         self.num_workers = num_workers if num_workers is not None else num_hosts * num_workers_per_host
@@ -131,6 +151,42 @@ class RayExecutor:
         self._server = None
         self._placement_group = None
         self._owns_placement_group = False
+
+    def _init_elastic(self, num_workers, num_hosts, cpus_per_worker, min_workers, max_workers, reset_limit,
+                      cooldown_range, elastic_timeout, override_discovery):
+        name = "horovodlite.ray.RayExecutor"
+        if not isinstance(min_workers, int) or min_workers < 1:
+            raise ValueError("%s: max_workers needs a positive int min_workers, got min_workers=%r"
+                             % (name, min_workers))
+        if max_workers is not None and (not isinstance(max_workers, int) or max_workers < min_workers):
+            raise ValueError("%s: max_workers must be an int >= min_workers (%d), got %r"
+                             % (name, min_workers, max_workers))
+        if num_workers is not None or num_hosts is not None:
+            raise ValueError("%s: pass either num_workers/num_hosts (a fixed job) or min_workers/max_workers "
+                             "(an elastic job), not both" % name)
+        if cpus_per_worker <= 0:
+            raise ValueError("%s: cpus_per_worker must be > 0, got %r" % (name, cpus_per_worker))
+        if elastic_timeout is None or elastic_timeout <= 0:
+            raise ValueError("%s: elastic_timeout must be > 0 s, got %r" % (name, elastic_timeout))
+        discovery = None
+        if not override_discovery:
+            discovery = getattr(self.settings, "discovery", None)
+            if discovery is None:
+                raise ValueError("%s: override_discovery=False needs settings.discovery (an object with "
+                                 "find_available_hosts_and_slots() -> {node ip: slots})" % name)
+        self.min_workers, self.max_workers = min_workers, max_workers
+        self.reset_limit, self.cooldown_range, self.elastic_timeout = reset_limit, cooldown_range, elastic_timeout
+        self.discovery = discovery
+        self.cpus_per_worker = cpus_per_worker
+        self.num_workers = None
+        self.workers = []
+        self.slots = []
+        self.worker_cls = BaseHorovodWorker
+        self.executable = (None, None, None)
+        self.extra_env_vars = {}
+        self._started = False
+        self._server = None
+        self._placement_group = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -167,6 +223,16 @@ class RayExecutor:
         environment. executable_cls is instantiated in every worker (see execute())."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        if self.elastic:
+            # The actors start in run(), as many as Ray can place then.
+            if self._started:
+                raise RuntimeError("horovodlite.ray.RayExecutor.start: already started; call shutdown() first")
+            if not ray.is_initialized():
+                ray.init()
+            self.executable = (executable_cls, executable_args, executable_kwargs)
+            self.extra_env_vars = {str(k): str(v) for k, v in (extra_env_vars or {}).items()}
+            self._started = True
+            return
         if self.workers:
             raise RuntimeError("horovodlite.ray.RayExecutor.start: already started; call shutdown() first")
         t0 = time.monotonic()
@@ -217,6 +283,9 @@ class RayExecutor:
     def shutdown(self):
         """Ends the workers (their horovodlite runtime with them) and the rendezvous server."""
         import ray
+        if self.elastic:
+            self._started = False
+            return
         workers, self.workers = self.workers, []
         for w in workers:
             try:
@@ -238,6 +307,12 @@ class RayExecutor:
     # ------------------------------------------------------------ running functions
 
     def _check_started(self, what):
+        if self.elastic:
+            if what != "run":
+                raise NotImplementedError("horovodlite.ray.RayExecutor.%s: not available in an elastic job "
+                                          "(min_workers/max_workers): use run(fn)" % what)
+            if self._started:
+                return
         if not self.workers:
             raise RuntimeError("horovodlite.ray.RayExecutor.%s: the executor is not started; call start() first"
                                % what)
@@ -291,7 +366,21 @@ class RayExecutor:
         """fn(*args, **kwargs) on every worker; the results, by rank."""
         if callbacks:
             raise NotImplementedError("horovodlite.ray.RayExecutor.run: callbacks are not supported")
+        if self.elastic:
+            return self._run_elastic(fn, args, kwargs)
         return self._gather(self.run_remote(fn, args, kwargs), "run")
+
+    def _run_elastic(self, fn, args, kwargs):
+        """fn(*args, **kwargs) as an elastic job; the results of the last world's
+        workers, by rank. RayJobError when the job fails (the driver's reason,
+        e.g. fewer than min_workers after elastic_timeout, and the workers' failures)."""
+        from horovodlite.ray.elastic import ElasticRayJob
+        self._check_started("run")
+        results, message, errors = ElasticRayJob(self, fn, args, kwargs).run()
+        if message is not None:
+            raise RayJobError("horovodlite.ray.RayExecutor.run: the elastic job failed: %s%s" % (
+                message, "".join("\n  worker %s" % e for e in errors)))
+        return results
 
     def execute(self, fn, callbacks=None):
         """fn(executable) on every worker (the executable_cls object of start()); the results, by rank."""

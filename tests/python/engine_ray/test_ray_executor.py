@@ -135,8 +135,7 @@ def test_start_timeout_says_how_many_started():
 
 
 def test_bad_arguments():
-    with pytest.raises(NotImplementedError, match="elastic"):
-        RayExecutor(RayExecutor.create_settings(), min_workers=1, max_workers=2)
+    # Elastic arguments (min_workers/max_workers): test_ray_elastic.py.
     with pytest.raises(ValueError, match="num_workers or num_hosts"):
         RayExecutor(RayExecutor.create_settings())
     with pytest.raises(RuntimeError, match="not started"):

@@ -45,10 +45,16 @@ class JobEnded(Exception):
 
 class ElasticDriver:
     def __init__(self, host_manager, min_np, max_np, start_worker, *, timeout_s=DEFAULT_ELASTIC_TIMEOUT_S,
-                 reset_limit=None, rendezvous=None, log=None, discovery_interval_s=DISCOVER_HOSTS_FREQUENCY_S):
+                 reset_limit=None, rendezvous=None, log=None, discovery_interval_s=DISCOVER_HOSTS_FREQUENCY_S,
+                 blacklist_failed_hosts=True, timeout_name="--elastic-timeout"):
         """start_worker(slot_info, generation, env_extra) starts a worker process
         and returns an object with terminate(); the caller reports its exit
-        through on_worker_exit(host, local_rank, returncode)."""
+        through on_worker_exit(host, local_rank, returncode).
+
+        blacklist_failed_hosts=False: a failed worker frees its slot and nothing
+        more; discovery alone says what the host can take (Ray: a dead actor is a
+        process failure, and Ray drops dead nodes itself). timeout_name: how the
+        messages name the elastic timeout (the caller's flag or argument)."""
         assert isinstance(host_manager, HostManager)
         self.hosts = host_manager
         self.min_np = min_np
@@ -60,6 +66,8 @@ class ElasticDriver:
         self._log = log or (lambda level, msg: print("horovodlite-run: %s%s" % (
             "" if level == "info" else level + ": ", msg), file=sys.stderr, flush=True))
         self._interval = discovery_interval_s
+        self._blacklist_failed_hosts = blacklist_failed_hosts
+        self._timeout_name = timeout_name
 
         self._hosts_cond = threading.Condition()   # host list changes
         self._lock = threading.Condition()          # generation, assignments, registry
@@ -133,8 +141,8 @@ class ElasticDriver:
                 return
             missing = sorted("%s[%d] (rank %d)" % (k[0], k[1], s.rank) for k, s in self._slots.items()
                              if k not in self._states)
-            message = ("workers of generation %d did not report within --elastic-timeout %g s after the first "
-                       "one did: %s" % (self._generation, self.timeout_s, ", ".join(missing)))
+            message = ("workers of generation %d did not report within %s %g s after the first "
+                       "one did: %s" % (self._generation, self._timeout_name, self.timeout_s, ", ".join(missing)))
         self.stop(1, message)
 
     def discover_once(self):
@@ -179,6 +187,10 @@ class ElasticDriver:
 
     def _wait_for_slots(self, np):
         deadline = time.monotonic() + self.timeout_s
+        if self._generation > 0:
+            # A reset: decide on the hosts as they are now, not as last polled
+            # (the failure that caused it may have changed them).
+            self.discover_once()
         with self._hosts_cond:
             while True:
                 if self._finished.is_set():
@@ -189,8 +201,8 @@ class ElasticDriver:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise JobEnded(
-                        "fewer than %d slot(s) available after --elastic-timeout %g s: %s%s" % (
-                            np, self.timeout_s, _format(available) or "no hosts",
+                        "fewer than %d slot(s) available after %s %g s: %s%s" % (
+                            np, self._timeout_name, self.timeout_s, _format(available) or "no hosts",
                             "; blacklisted: %s" % ", ".join(self.hosts.blacklisted_hosts())
                             if self.hosts.blacklisted_hosts() else ""))
                 self._hosts_cond.wait(min(left, 1.0))
@@ -307,7 +319,7 @@ class ElasticDriver:
             raise JobEnded(None)
         if len(failures) == len(states):
             raise JobEnded("all %d worker(s) of generation %d failed" % (len(states), self._generation))
-        for host in sorted({h for h, _ in failures}):
+        for host in sorted({h for h, _ in failures}) if self._blacklist_failed_hosts else ():
             self.hosts.blacklist(host)
             self._log("warning", "blacklisted host %s (a worker failed there)" % host)
         for key in [k for k in self._workers if self.hosts.is_blacklisted(k[0])]:
