@@ -62,7 +62,7 @@ void clear_interrupt() { g_interrupted = false; }
 
 Status Request::wait(std::chrono::milliseconds timeout, const Backoff& backoff) {
   bool done = false;
-  HVL_RETURN_IF_ERROR(poll_until([this](bool* d) { return test(d); }, timeout, backoff, &done));
+  HVL_RETURN_IF_ERROR(poll_until([this](bool* d) { return test(d); }, timeout, tune(backoff), &done));
   if (done) return Status::OK();
   return Status::Timeout("transport: " + describe(*this) + " did not complete within " +
                          std::to_string(timeout.count()) + " ms");
@@ -103,7 +103,7 @@ Status wait_any(Request* const* requests, int n, int* which, std::chrono::millis
         }
         return Status::OK();
       },
-      timeout, kStreamBackoff, &done));
+      timeout, requests[0] ? requests[0]->tune(kStreamBackoff) : kStreamBackoff, &done));
   if (done) return Status::OK();
   std::string what;
   for (int i = 0; i < n; ++i) {

@@ -61,6 +61,10 @@ class Request {
   // (no busy spin). Timeout (kTimeout, naming the peer and the tag) when it has
   // not completed within `timeout`; the request is then still in flight.
   Status wait(std::chrono::milliseconds timeout = kNoTimeout, const Backoff& backoff = kStreamBackoff);
+  // The back-off this request's waits use, from the caller's: a transport whose
+  // messages complete on a thread of its own (Gloo's TCP loop) polls longer
+  // before it sleeps, or every message would wait out a sleep's wake-up.
+  virtual Backoff tune(const Backoff& backoff) const { return backoff; }
   virtual int peer() const = 0;  // in the context's ranks
   virtual int tag() const = 0;
   virtual bool is_send() const = 0;
