@@ -97,7 +97,7 @@ std::unique_ptr<OptimizerParamState> copy_state(const OptimizerParamState& live,
 
 void OptimizerSnapshot::save(const ::torch::optim::Optimizer& optimizer) {
   at::NoGradGuard no_grad;
-  std::unordered_map<void*, std::unique_ptr<OptimizerParamState>> state;
+  decltype(state_) state;
   bool direct = true;
   for (const auto& item : optimizer.state()) {
     auto old = state_.find(item.first);

@@ -9,7 +9,9 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace horovodlite {
@@ -24,7 +26,10 @@ class OptimizerSnapshot {
   void restore(::torch::optim::Optimizer& optimizer) const;
 
  private:
-  std::unordered_map<void*, std::unique_ptr<::torch::optim::OptimizerParamState>> state_;
+  // Keyed as the optimizer's own state: void* (the parameter's TensorImpl) in
+  // LibTorch 2.x, a string in 1.13 (Debian's).
+  using StateKey = std::decay_t<decltype(std::declval<const ::torch::optim::Optimizer&>().state())>::key_type;
+  std::unordered_map<StateKey, std::unique_ptr<::torch::optim::OptimizerParamState>> state_;
   std::vector<std::unique_ptr<::torch::optim::OptimizerOptions>> options_;
   std::string blob_;  // the archive, when some state is of a type not copied directly
   bool serialized_ = false;
