@@ -80,6 +80,7 @@ class Socket {
     while (true) {
       const ssize_t r = ::recv(fd_, buf, sizeof(buf), 0);
       if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::Timeout("no answer in time");
       if (r < 0) return Status::Internal(std::string("recv: ") + std::strerror(errno));
       if (r == 0) return Status::OK();
       out->insert(out->end(), buf, buf + r);
@@ -92,32 +93,38 @@ class Socket {
 
 }  // namespace
 
+Status http_request(const std::string& host, int port, const std::string& method, const std::string& path,
+                    const std::vector<char>* body, std::chrono::milliseconds timeout, int* code,
+                    std::vector<char>* reply) {
+  Socket s;
+  HVL_RETURN_IF_ERROR(s.connect(host, port, static_cast<int>(timeout.count())));
+  std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host +
+                     "\r\nConnection: close\r\nContent-Length: " + std::to_string(body ? body->size() : 0) + "\r\n\r\n";
+  HVL_RETURN_IF_ERROR(s.write_all(head.data(), head.size()));
+  if (body && !body->empty()) HVL_RETURN_IF_ERROR(s.write_all(body->data(), body->size()));
+  std::vector<char> raw;
+  HVL_RETURN_IF_ERROR(s.read_all(&raw));
+  // "HTTP/1.x NNN ...\r\n...\r\n\r\n<body>"
+  const std::string text(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(raw.size(), 4096)));
+  const size_t sp = text.find(' ');
+  const size_t end = text.find("\r\n\r\n");
+  if (text.compare(0, 5, "HTTP/") != 0 || sp == std::string::npos || end == std::string::npos) {
+    return Status::Internal("not an HTTP reply");
+  }
+  *code = std::atoi(text.c_str() + sp + 1);
+  if (reply) reply->assign(raw.begin() + static_cast<std::ptrdiff_t>(end + 4), raw.end());
+  return Status::OK();
+}
+
 HttpStoreClient::HttpStoreClient(std::string host, int port, std::string scope, std::chrono::milliseconds timeout)
     : host_(std::move(host)), port_(port), scope_(std::move(scope)), timeout_(timeout) {}
 
 Status HttpStoreClient::request(const char* method, const std::string& key, const std::vector<char>* body, int* code,
                                 std::vector<char>* reply) {
   const std::string where = std::string("rendezvous store at ") + address() + ": " + method + " /" + scope_ + "/" + key;
-  Socket s;
-  Status st = s.connect(host_, port_, static_cast<int>(std::min<int64_t>(timeout_.count(), 60000)));
+  const Status st = http_request(host_, port_, method, "/" + url_encode(scope_) + "/" + url_encode(key), body,
+                                 std::chrono::milliseconds(std::min<int64_t>(timeout_.count(), 60000)), code, reply);
   if (!st.ok()) return Status::Internal(where + ": " + st.message());
-  std::string head = std::string(method) + " /" + url_encode(scope_) + "/" + url_encode(key) +
-                     " HTTP/1.1\r\nHost: " + host_ +
-                     "\r\nConnection: close\r\nContent-Length: " + std::to_string(body ? body->size() : 0) + "\r\n\r\n";
-  st = s.write_all(head.data(), head.size());
-  if (st.ok() && body && !body->empty()) st = s.write_all(body->data(), body->size());
-  std::vector<char> raw;
-  if (st.ok()) st = s.read_all(&raw);
-  if (!st.ok()) return Status::Internal(where + ": " + st.message());
-  // "HTTP/1.x NNN ...\r\n...\r\n\r\n<body>"
-  const std::string text(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(raw.size(), 4096)));
-  const size_t sp = text.find(' ');
-  const size_t end = text.find("\r\n\r\n");
-  if (text.compare(0, 5, "HTTP/") != 0 || sp == std::string::npos || end == std::string::npos) {
-    return Status::Internal(where + ": not an HTTP reply");
-  }
-  *code = std::atoi(text.c_str() + sp + 1);
-  if (reply) reply->assign(raw.begin() + static_cast<std::ptrdiff_t>(end + 4), raw.end());
   return Status::OK();
 }
 

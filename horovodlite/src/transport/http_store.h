@@ -14,6 +14,15 @@
 namespace horovodlite {
 namespace transport {
 
+// One HTTP/1.1 request over a short connection (Connection: close) to
+// host:port: *code is the reply's status and *reply (when not null) its body.
+// `timeout` bounds the connection's sends and receives (kTimeout when the peer
+// does not answer in time). Also the LibTorch adapter's client of the elastic
+// driver (adapters/torch/src/elastic_driver.cc).
+Status http_request(const std::string& host, int port, const std::string& method, const std::string& path,
+                    const std::vector<char>* body, std::chrono::milliseconds timeout, int* code,
+                    std::vector<char>* reply);
+
 class HttpStoreClient {
  public:
   HttpStoreClient(std::string host, int port, std::string scope, std::chrono::milliseconds timeout);
