@@ -57,3 +57,55 @@ def read_reports(tmp_path, np):
         with open(os.path.join(str(tmp_path), "received.%d.json" % r)) as f:
             reports.append(json.load(f))
     return reports
+
+
+def read_commit_log(path):
+    """An elastic test's commit log: one JSON object per line, each with the step
+    and the world size it ran at ([] when there is none)."""
+    import json
+    return [json.loads(line) for line in open(path).read().splitlines()] if os.path.exists(path) else []
+
+
+def last_runs(entries):
+    """Step -> world size of the step's last run in a commit log (a step rolled
+    back and redone counts once, as redone)."""
+    last = {}
+    for entry in entries:
+        last[entry["step"]] = entry["size"]
+    return last
+
+
+def netns_usable():
+    """None when simulated hosts (ci/hosts.sh) can run here, else why not."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "not root"
+    try:
+        subprocess.run(["ip", "netns", "list"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except (OSError, subprocess.CalledProcessError):
+        return "no usable 'ip netns'"
+    return None
+
+
+def hosts_sh(testbed, *args):
+    env = dict(os.environ, HVL_TESTBED=testbed, HVL_TESTBED_OWNER=str(os.getpid()))
+    return subprocess.run([os.path.join(REPO, "ci", "hosts.sh")] + list(args), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120)
+
+
+def simulated_hosts(prefix, hosts, *rate):
+    """A pytest fixture's body: a testbed named prefix + pid with `hosts` simulated
+    hosts (and a tc rate), yielded by name and removed whatever happens; skips
+    the module where simulated hosts cannot run."""
+    import pytest
+    why = netns_usable()
+    if why:
+        pytest.skip("multi-host launcher tests need root and network namespaces: %s" % why)
+    hosts_sh("x", "gc")
+    name = "%s%07d" % (prefix, os.getpid() % 10000000)
+    up = hosts_sh(name, "up", str(hosts), *rate)
+    try:
+        assert up.returncode == 0, up.stdout
+        yield name
+    finally:
+        down = hosts_sh(name, "down")
+        assert down.returncode == 0, down.stdout

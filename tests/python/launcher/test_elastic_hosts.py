@@ -5,37 +5,19 @@ discovery script joins at a commit; a worker killed with SIGKILL is left
 behind and the survivors train on; after every reset the model equals what the
 committed steps imply. (A host whose link goes down is not tested here yet: the
 survivors' interrupted Gloo waits can end in std::bad_alloc on Gloo's loop
-thread; see docs/elastic.md.) Needs root; skipped
-elsewhere. The module's testbed is removed whatever happens."""
+thread; see docs/elastic.md.) Needs root; skipped elsewhere. The module's testbed is removed whatever happens."""
 
-import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
-from launch_util import REPO, clean_env
-
-HOSTS_SH = os.path.join(REPO, "ci", "hosts.sh")
-sys.path.insert(0, os.path.dirname(__file__))
-from test_launcher_hosts import _hosts_sh, _netns_usable  # noqa: E402
+from launch_util import clean_env, last_runs, read_commit_log, simulated_hosts
 
 
 @pytest.fixture(scope="module")
 def testbed():
-    why = _netns_usable()
-    if why:
-        pytest.skip("multi-host launcher tests need root and network namespaces: %s" % why)
-    _hosts_sh("x", "gc")
-    name = "e%07d" % (os.getpid() % 10000000)
-    up = _hosts_sh(name, "up", "3")
-    try:
-        assert up.returncode == 0, up.stdout
-        yield name
-    finally:
-        down = _hosts_sh(name, "down")
-        assert down.returncode == 0, down.stdout
+    yield from simulated_hosts("e", 3)
 
 
 # value += allreduce(ones, Sum) per step (= the world size), commit per step;
@@ -80,47 +62,25 @@ with open(os.path.join(outdir, "final." + me), "w") as f:
 """
 
 
-def _elastic(testbed, tmp_path, hosts, action, steps=30, extra=(), timeout=300, env_extra=None, at_step=None):
+def _elastic(testbed, tmp_path, hosts, action, steps=30):
     hosts_file = tmp_path / "hosts.txt"
     hosts_file.write_text("".join("%s-h%d:1\n" % (testbed, h) for h in hosts))
     script = tmp_path / "elastic.py"
     script.write_text(WORKER)
     os.chmod(tmp_path, 0o755)
-    env = clean_env()
-    env.update(env_extra or {})
     cmd = [sys.executable, "-m", "horovodlite.run", "--hosts-netns", testbed, "--min-np", "2", "--max-np", "3",
            "--host-discovery-script", "cat %s" % hosts_file, "--gloo-timeout-seconds", "20",
-           "--elastic-timeout", "60"] + list(extra) + [
-        sys.executable, str(script), str(tmp_path), str(steps), action, str(hosts_file), testbed]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if at_step is not None:
-        # The test acts from outside (the root namespace) once the log shows the step.
-        step, action_fn = at_step
-        deadline = time.time() + timeout
-        while proc.poll() is None and time.time() < deadline:
-            log_path = tmp_path / "log"
-            if log_path.exists() and any(json.loads(line)["step"] >= step
-                                         for line in log_path.read_text().splitlines()):
-                action_fn()
-                break
-            time.sleep(0.05)
-    try:
-        stdout, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, _ = proc.communicate()
-    out = subprocess.CompletedProcess(cmd, proc.returncode, stdout)
-    log = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines()] if (
-        tmp_path / "log").exists() else []
-    return out, log
+           "--elastic-timeout", "60", sys.executable, str(script), str(tmp_path), str(steps), action,
+           str(hosts_file), testbed]
+    out = subprocess.run(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=300)
+    return out, read_commit_log(str(tmp_path / "log"))
 
 
 def _committed(log, steps):
-    """The size of the world at each committed step (a step redone after a
+    """Step -> world size of each committed step (a step redone after a
     rollback counts once, as its last run) and the value they imply."""
-    last = {}
-    for entry in log:
-        last[entry["step"]] = entry["size"]
+    last = last_runs(log)
     assert sorted(last) == list(range(1, steps + 1)), sorted(last)
     return last, float(sum(last.values()))
 

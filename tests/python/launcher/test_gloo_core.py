@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from launch_util import clean_env
+from launch_util import clean_env, last_runs, read_commit_log
 
 PROBE = ("import horovodlite.torch as hvd; hvd.init(); "
          "print('GLOO', hvd.gloo_built(), hvd.gloo_enabled(), hvd.mpi_enabled(), hvd.size())")
@@ -125,10 +125,8 @@ def test_elastic_training_survives_sigkill(tmp_path, gloo_core):
                 "--elastic-timeout", "60"], [sys.executable, str(script), str(tmp_path), "30", "10"], timeout=300)
     assert out.returncode == 0, out.stdout
     assert "was killed by signal 9" in out.stdout and "blacklisted host 127.0.0.3" in out.stdout, out.stdout
-    log = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines()]
-    last = {}
-    for entry in log:
-        last[entry["step"]] = entry["size"]  # a rolled-back step is redone: the last entry counts
+    log = read_commit_log(str(tmp_path / "log"))
+    last = last_runs(log)  # a rolled-back step is redone: the last entry counts
     assert sorted(last) == list(range(1, 31))
     expected = float(sum(last.values()))
     assert {last[s] for s in range(1, 10)} == {3} and last[30] == 2
@@ -157,10 +155,8 @@ def test_cpp_elastic_training_survives_sigkill(tmp_path, gloo_core):
                 "--kill-at-step", "10"], timeout=300)
     assert out.returncode == 0, out.stdout
     assert "was killed by signal 9" in out.stdout and "blacklisted host 127.0.0.3" in out.stdout, out.stdout
-    log = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines()]
-    last = {}
-    for entry in log:
-        last[entry["step"]] = entry["size"]  # a rolled-back step is redone: the last entry counts
+    log = read_commit_log(str(tmp_path / "log"))
+    last = last_runs(log)  # a rolled-back step is redone: the last entry counts
     assert sorted(last) == list(range(1, 31)), out.stdout
     assert {last[s] for s in range(1, 10)} == {3} and last[30] == 2, last
     expected = float(sum(last.values()))

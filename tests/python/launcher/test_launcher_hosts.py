@@ -4,46 +4,15 @@ bridge, 198.18.0.0/24, Open MPI's rsh agent through `ip netns exec`): -H and
 holds only what mpirun forwards), and unreachable hosts named at start. Needs
 root; skipped elsewhere. The module's testbed is removed whatever happens."""
 
-import os
-import subprocess
 import time
 
 import pytest
-from launch_util import REPO, launch, read_reports, report_command
-
-HOSTS_SH = os.path.join(REPO, "ci", "hosts.sh")
-
-
-def _netns_usable():
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return "not root"
-    try:
-        subprocess.run(["ip", "netns", "list"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except (OSError, subprocess.CalledProcessError):
-        return "no usable 'ip netns'"
-    return None
-
-
-def _hosts_sh(testbed, *args):
-    env = dict(os.environ, HVL_TESTBED=testbed, HVL_TESTBED_OWNER=str(os.getpid()))
-    return subprocess.run([HOSTS_SH] + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=120)
+from launch_util import hosts_sh, launch, read_reports, report_command, simulated_hosts
 
 
 @pytest.fixture(scope="module")
 def testbed():
-    why = _netns_usable()
-    if why:
-        pytest.skip("multi-host launcher tests need root and network namespaces: %s" % why)
-    _hosts_sh("x", "gc")
-    name = "p%07d" % (os.getpid() % 10000000)
-    up = _hosts_sh(name, "up", "3", "2gbit")
-    try:
-        assert up.returncode == 0, up.stdout
-        yield name
-    finally:
-        down = _hosts_sh(name, "down")
-        assert down.returncode == 0, down.stdout
+    yield from simulated_hosts("p", 3, "2gbit")
 
 
 def test_hosts_across_the_testbed(testbed, tmp_path):
@@ -103,13 +72,13 @@ def test_host_not_in_the_testbed_is_named(testbed, tmp_path):
 def test_host_whose_link_is_down_is_named(testbed, tmp_path):
     h2 = testbed + "-h2"
     marker = tmp_path / "ran"
-    down = _hosts_sh(testbed, "link", h2, "down")
+    down = hosts_sh(testbed, "link", h2, "down")
     assert down.returncode == 0, down.stdout
     try:
         out = launch(["-np", "2", "-H", "%s-h1:1,%s:1" % (testbed, h2), "--hosts-netns", testbed,
                       "--start-timeout", "10"], ["touch", str(marker)])
     finally:
-        up = _hosts_sh(testbed, "link", h2, "up")
+        up = hosts_sh(testbed, "link", h2, "up")
     assert up.returncode == 0, up.stdout
     assert out.returncode == 1, out.stdout
     assert "%s: hosts_agent: cannot reach host '%s': its network link is down" % (h2, h2) in out.stdout, out.stdout
