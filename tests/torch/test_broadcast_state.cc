@@ -17,14 +17,6 @@ namespace optim = torch::optim;
 
 constexpr int kEmptyRank = 1;  // this rank's optimizer never steps before the broadcast
 
-torch::nn::Sequential make_model(int seed) {
-  torch::manual_seed(seed);
-  torch::nn::Sequential m(torch::nn::Linear(4, 6), torch::nn::Tanh(), torch::nn::Linear(6, 3),
-                          torch::nn::BatchNorm1d(3));
-  m->to(torch::kDouble);
-  return m;
-}
-
 using Factory = std::function<std::shared_ptr<optim::Optimizer>(const std::vector<torch::Tensor>&, int r)>;
 
 struct Kind {

@@ -18,14 +18,6 @@ namespace hvt = horovodlite::torch;
 namespace elastic = horovodlite::torch::elastic;
 namespace optim = torch::optim;
 
-torch::nn::Sequential make_model(int seed) {
-  torch::manual_seed(seed);
-  torch::nn::Sequential m(torch::nn::Linear(4, 6), torch::nn::Tanh(), torch::nn::Linear(6, 3),
-                          torch::nn::BatchNorm1d(3));
-  m->to(torch::kDouble);
-  return m;
-}
-
 std::shared_ptr<optim::Optimizer> make_optimizer(const std::string& kind, const std::vector<torch::Tensor>& p) {
   if (kind == "sgd") return std::make_shared<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.9));
   if (kind == "adam") return std::make_shared<optim::Adam>(p, optim::AdamOptions(0.01).amsgrad(true));

@@ -53,4 +53,14 @@ inline at::Tensor rank_values(at::IntArrayRef shape, int r, at::ScalarType type,
   return v.to(type);
 }
 
+// A small double model with parameters and buffers (BatchNorm's running
+// statistics), the same on every rank for the same seed.
+inline torch::nn::Sequential make_model(int seed) {
+  torch::manual_seed(seed);
+  torch::nn::Sequential m(torch::nn::Linear(4, 6), torch::nn::Tanh(), torch::nn::Linear(6, 3),
+                          torch::nn::BatchNorm1d(3));
+  m->to(torch::kDouble);
+  return m;
+}
+
 }  // namespace hvl_torch_test
