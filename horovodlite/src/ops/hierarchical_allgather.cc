@@ -65,13 +65,13 @@ bool HierarchicalAllgather::enabled(const Response& r) const {
 }
 
 Status HierarchicalAllgather::exchange(const void* send, void* buf, const std::vector<int>& counts,
-                                       const std::vector<int>& displs, MPI_Datatype type) {
+                                       const std::vector<int>& displs, DataType dtype) {
   const int me = mpi_.rank();
+  const MPI_Datatype type = MpiContext::move_type(dtype);
   if (send != nullptr) {
-    int elem = 0;
-    MPI_Type_size(type, &elem);
-    std::memcpy(static_cast<char*>(buf) + static_cast<int64_t>(displs[me]) * elem, send,
-                static_cast<size_t>(counts[me]) * static_cast<size_t>(elem));
+    const size_t elem = dtype_size(dtype);
+    std::memcpy(static_cast<char*>(buf) + static_cast<int64_t>(displs[me]) * static_cast<int64_t>(elem), send,
+                static_cast<size_t>(counts[me]) * elem);
   }
   const size_t hosts = members_.size(), local = members_[0].size();
   std::vector<int> c(std::max(hosts, local)), d(c.size());

@@ -35,7 +35,7 @@ class HierarchicalAllgather : public MpiAllgather {
 
  protected:
   Status exchange(const void* send, void* buf, const std::vector<int>& counts, const std::vector<int>& displs,
-                  MPI_Datatype type) override;
+                  DataType dtype) override;
 
  private:
   const Config& config_;  // hierarchical_allgather: the live switch

@@ -15,13 +15,14 @@ Status MpiAllgather::allgather(const Response& r, TensorEntry& e, OpOutput* outp
   HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, allgather_counts(r, e.input.shape), &counts, &displs));
   TensorView out;
   HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_, Status::OK(), &out));
-  HVL_RETURN_IF_ERROR(exchange(e.input.data, out.data, counts, displs, MpiContext::move_type(r.dtype)));
+  HVL_RETURN_IF_ERROR(exchange(e.input.data, out.data, counts, displs, r.dtype));
   output->tensor = out;
   return Status::OK();
 }
 
 Status MpiAllgather::exchange(const void* send, void* buf, const std::vector<int>& counts,
-                              const std::vector<int>& displs, MPI_Datatype type) {
+                              const std::vector<int>& displs, DataType dtype) {
+  const MPI_Datatype type = MpiContext::move_type(dtype);
   HVL_MPI_CHECK(MPI_Allgatherv(send ? send : MPI_IN_PLACE, send ? counts[mpi_.rank()] : 0, type, buf, counts.data(),
                                displs.data(), type, mpi_.comm()));
   return Status::OK();
@@ -74,7 +75,7 @@ Status MpiAllgather::fused(const OpArgs& args, OpOutputs* outputs) {
   }
   {
     ObservedPhase phase(args.observer, r, name());
-    HVL_RETURN_IF_ERROR(exchange(nullptr, buf, counts, displs, MpiContext::move_type(r.dtype)));
+    HVL_RETURN_IF_ERROR(exchange(nullptr, buf, counts, displs, r.dtype));
   }
   {
     ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");

@@ -26,11 +26,11 @@ class MpiAllgather : public Algorithm {
   }
 
  protected:
-  // The exchange: rank k's block is counts[k] elements of `type` at displs[k] in
-  // `buf`; every block ends up everywhere. `send`: this rank's block, or nullptr
-  // when it is already in place in buf.
+  // The exchange: rank k's block is counts[k] elements of `dtype` at displs[k]
+  // in `buf`; every block ends up everywhere. `send`: this rank's block, or
+  // nullptr when it is already in place in buf.
   virtual Status exchange(const void* send, void* buf, const std::vector<int>& counts, const std::vector<int>& displs,
-                          MPI_Datatype type);
+                          DataType dtype);
   const MpiContext& mpi_;
 
  private:

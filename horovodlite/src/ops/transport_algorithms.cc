@@ -22,14 +22,6 @@ Status no_channel(const char* what) {
   return Status::Aborted(std::string("transport: the ") + what + " has no channel (the transport failed at set-up)");
 }
 
-// The element size of MpiContext::move_type's types (no MPI call: there is no MPI here).
-size_t move_type_size(MPI_Datatype type) {
-  if (type == MPI_UINT8_T) return 1;
-  if (type == MPI_UINT16_T) return 2;
-  if (type == MPI_UINT32_T) return 4;
-  return 8;
-}
-
 std::vector<size_t> bytes_of(const std::vector<int>& counts, size_t elem) {
   std::vector<size_t> out(counts.size());
   for (size_t i = 0; i < counts.size(); ++i) out[i] = static_cast<size_t>(counts[i]) * elem;
@@ -42,9 +34,9 @@ TransportAllgather::TransportAllgather(const MpiContext& mpi, std::shared_ptr<Fu
     : MpiAllgather(mpi, std::move(fusion)), wire_(channel(mpi, "allgather")) {}
 
 Status TransportAllgather::exchange(const void* send, void* buf, const std::vector<int>& counts,
-                                    const std::vector<int>& displs, MPI_Datatype type) {
+                                    const std::vector<int>& displs, DataType dtype) {
   if (!wire_) return no_channel("allgather");
-  const size_t elem = move_type_size(type);
+  const size_t elem = dtype_size(dtype);
   const size_t me = static_cast<size_t>(mpi_.rank());
   // The blocks lie consecutively in rank order (to_int_counts' displacements),
   // as allgatherv puts them.

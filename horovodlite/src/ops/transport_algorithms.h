@@ -24,7 +24,7 @@ class TransportAllgather : public MpiAllgather {
 
  protected:
   Status exchange(const void* send, void* buf, const std::vector<int>& counts, const std::vector<int>& displs,
-                  MPI_Datatype type) override;
+                  DataType dtype) override;
 
  private:
   transport::ContextPtr wire_;

@@ -12,8 +12,11 @@ import sys
 import pytest
 from launch_util import clean_env, last_runs, read_commit_log
 
-PROBE = ("import horovodlite.torch as hvd; hvd.init(); "
-         "print('GLOO', hvd.gloo_built(), hvd.gloo_enabled(), hvd.mpi_enabled(), hvd.size())")
+# One write per rank: both ranks share the launcher's stdout, and print()'s
+# pieces (arguments, separators) from two unbuffered processes interleave.
+PROBE = ("import sys; import horovodlite.torch as hvd; hvd.init(); "
+         "sys.stdout.write('GLOO %s %s %s %s\\n' % (hvd.gloo_built(), hvd.gloo_enabled(), hvd.mpi_enabled(), "
+         "hvd.size()))")
 
 
 def _run(options, command, timeout=180, env=None):
