@@ -14,7 +14,7 @@ case "${HVL_TORCH:-pypi}" in
   debian) export HVL_BUILD="${HVL_BUILD:-$PWD/build-main-debian}" ;;
   *) export HVL_BUILD="${HVL_BUILD:-$PWD/build-main}" ;;
 esac
-HVL_TARGETS=train bash ci/build.sh -DHVL_BUILD_TESTS=OFF -DHVL_BUILD_BENCH=OFF -DHVL_WITH_PYTHON=OFF
+HVL_VENV_FOR=main HVL_TARGETS=train bash ci/build.sh -DHVL_BUILD_TESTS=OFF -DHVL_BUILD_BENCH=OFF -DHVL_WITH_PYTHON=OFF
 source ci/env.sh
 NP="${NP:-2}"
 read -ra JOB_FLAGS <<<"$HVL_MPIRUN_JOB_FLAGS"  # from ci/env.sh

@@ -9,26 +9,32 @@ source "$(dirname "$0")/env.sh"
 # The supported PyTorch 2.x release the default build pins.
 HVL_TORCH_VERSION="${HVL_TORCH_VERSION:-2.13.0}"
 # pyspark and ray: the engines horovodlite.spark / horovodlite.ray run on (tests/python/engine_spark, engine_ray).
-PACKAGES=("torch==$HVL_TORCH_VERSION" numpy pytest pybind11 setuptools wheel mpi4py ruff pyspark cloudpickle ray)
+# HVL_VENV_FOR=main (ci/main.sh): only PyTorch, which carries the LibTorch that train links.
+if [ "${HVL_VENV_FOR:-tests}" = main ]; then
+  EXTRA=()
+else
+  EXTRA=(numpy pytest pybind11 setuptools wheel mpi4py ruff pyspark cloudpickle ray)
+fi
+PACKAGES=("torch==$HVL_TORCH_VERSION" "${EXTRA[@]}")
 BASE_PYTHON="${HVL_BASE_PYTHON:-python3}"
 if [ ! -x "$HVL_VENV/bin/python" ]; then
   echo "setup_venv: creating $HVL_VENV with $("$BASE_PYTHON" --version 2>&1) ($(command -v "$BASE_PYTHON"))"
   "$BASE_PYTHON" -m venv "$HVL_VENV"
 fi
-if "$HVL_VENV/bin/python" - "$HVL_TORCH_VERSION" <<'PY'
+if "$HVL_VENV/bin/python" - "$HVL_TORCH_VERSION" "${EXTRA[@]}" <<'PY'
 import sys
 import importlib.metadata as md
 want = sys.argv[1]
 try:
     ok = md.version("torch").split("+")[0] == want
-    for p in ("numpy", "pytest", "pybind11", "setuptools", "wheel", "mpi4py", "ruff", "pyspark", "cloudpickle", "ray"):
+    for p in sys.argv[2:]:
         md.version(p)
 except md.PackageNotFoundError:
     ok = False
 sys.exit(0 if ok else 1)
 PY
 then
-  echo "setup_venv: $HVL_VENV has torch $HVL_TORCH_VERSION and the test packages"
+  echo "setup_venv: $HVL_VENV has torch $HVL_TORCH_VERSION${EXTRA[*]:+ and the test packages}"
   exit 0
 fi
 echo "setup_venv: installing ${PACKAGES[*]} into $HVL_VENV"
