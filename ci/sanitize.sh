@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WHICH=${1:-all}
 JOBS=${JOBS:-2}
 SUPP=$ROOT/ci/sanitizers
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The watchdog must not mistake a slow sanitized rank for a dead one.
 export HOROVODLITE_PEER_TIMEOUT_SECONDS=120
 # fast_unwind_on_malloc=0: Open MPI is built without frame pointers, so the fast

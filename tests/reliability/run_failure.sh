@@ -14,7 +14,7 @@ if [ -n "$CHECK" ]; then
   TIMELINE=$(mktemp /tmp/hvl_failure_timeline_XXXXXX.json)
   export HOROVODLITE_TIMELINE=$TIMELINE
 fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 : "${HVL_MPIRUN_FLAGS:?set it to the mpirun flags (tests/CMakeLists.txt, HVL_MPIRUN_FLAGS)}"
 # mpirun in a session of its own, so that a hang (the test failing) leaves no
 # process behind: on the time limit mpirun gets SIGTERM first (it then removes its

@@ -29,7 +29,7 @@ STALL_TEXT = "tensor 'grad.stalled' was submitted by ranks [0, 1] but not by ran
 def _run_job(mode):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "HOROVODLITE_"))}
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1",
+               OMP_NUM_THREADS="1",
                HOROVODLITE_STALL_CHECK_TIME_SECONDS="2", HOROVODLITE_STALL_SHUTDOWN_TIME_SECONDS="6")
     cmd = [MPIRUN, "-np", "3"] + mpi_flags.JOB_FLAGS + mpi_flags.EXCLUSIONS + [sys.executable, JOB, mode]
     # A session of its own: on a hang, every process of the job is killed, not just mpirun.
