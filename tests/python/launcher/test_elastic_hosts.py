@@ -1,18 +1,19 @@
 """Elastic training with the real core across simulated hosts (ci/hosts.sh:
 network namespaces on a bridge, each worker on its own host, the launcher and
 its rendezvous server in the testbed's launch namespace): a host added by the
-discovery script joins at a commit; a worker killed with SIGKILL is left
-behind and the survivors train on; after every reset the model equals what the
-committed steps imply. (A host whose link goes down is not tested here yet: the
-survivors' interrupted Gloo waits can end in std::bad_alloc on Gloo's loop
-thread; see docs/elastic.md.) Needs root; skipped elsewhere. The module's testbed is removed whatever happens."""
+discovery script joins at a commit; a worker killed with SIGKILL and a host
+whose link goes down are left behind and the survivors train on; after every
+reset the model equals what the committed steps imply. Needs root; skipped
+elsewhere. The module's testbed is removed whatever happens."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
-from launch_util import clean_env, last_runs, read_commit_log, simulated_hosts
+from launch_util import clean_env, hosts_sh, last_runs, read_commit_log, simulated_hosts
 
 
 @pytest.fixture(scope="module")
@@ -62,19 +63,36 @@ with open(os.path.join(outdir, "final." + me), "w") as f:
 """
 
 
-def _elastic(testbed, tmp_path, hosts, action, steps=30):
+def _elastic(testbed, tmp_path, hosts, action, steps=30, extra=(), env_extra=None, at_step=None, timeout=300):
+    """Runs the elastic job; at_step=(S, fn): the test calls fn() from outside
+    (the root namespace) once the commit log shows step S."""
     hosts_file = tmp_path / "hosts.txt"
     hosts_file.write_text("".join("%s-h%d:1\n" % (testbed, h) for h in hosts))
     script = tmp_path / "elastic.py"
     script.write_text(WORKER)
     os.chmod(tmp_path, 0o755)
+    env = clean_env()
+    env.update(env_extra or {})
     cmd = [sys.executable, "-m", "horovodlite.run", "--hosts-netns", testbed, "--min-np", "2", "--max-np", "3",
            "--host-discovery-script", "cat %s" % hosts_file, "--gloo-timeout-seconds", "20",
-           "--elastic-timeout", "60", sys.executable, str(script), str(tmp_path), str(steps), action,
-           str(hosts_file), testbed]
-    out = subprocess.run(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=300)
-    return out, read_commit_log(str(tmp_path / "log"))
+           "--elastic-timeout", "60"] + list(extra) + [sys.executable, str(script), str(tmp_path), str(steps),
+                                                      action, str(hosts_file), testbed]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log_path = tmp_path / "log"
+    deadline = time.monotonic() + timeout
+    while at_step is not None and proc.poll() is None and time.monotonic() < deadline:
+        if log_path.exists() and any(json.loads(line)["step"] >= at_step[0]
+                                     for line in log_path.read_text().splitlines() if line.strip()):
+            at_step[1]()
+            break
+        time.sleep(0.05)
+    try:
+        stdout, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, _ = proc.communicate()
+    out = subprocess.CompletedProcess(cmd, proc.returncode, stdout)
+    return out, read_commit_log(str(log_path))
 
 
 def _committed(log, steps):
@@ -110,3 +128,21 @@ def test_worker_killed_on_a_host(testbed, tmp_path):
     gap = max(b["t"] - a["t"] for a, b in zip(log, log[1:]))
     print("killed worker: longest gap between commits %.2f s" % gap)
     assert gap < 10, gap
+
+
+def test_host_link_down(testbed, tmp_path):
+    victim = "%s-h3" % testbed
+    try:
+        out, log = _elastic(testbed, tmp_path, [1, 2, 3], "none", extra=["--reset-limit", "3"],
+                            at_step=(10, lambda: hosts_sh(testbed, "link", victim, "down")),
+                            # The survivors' watchdog ends their waits on the lost host.
+                            env_extra={"HOROVODLITE_PEER_TIMEOUT_SECONDS": "5"})
+    finally:
+        hosts_sh(testbed, "link", victim, "up")
+    assert out.returncode == 0, out.stdout[-4000:]
+    last, expected = _committed(log, 30)
+    assert last[30] == 2, last
+    for h in (1, 2):
+        assert _final(tmp_path, "%s-h%d" % (testbed, h)) == expected, out.stdout[-4000:]
+    gap = max(b["t"] - a["t"] for a, b in zip(log, log[1:]))
+    print("link down: longest gap between commits %.2f s (watchdog 5 s)" % gap)
