@@ -309,7 +309,7 @@ void TorchState::save() {
     auto it = previous.find(item.first);
     if (it != previous.end() && it->second.sizes() == live.sizes() && it->second.dtype() == live.dtype() &&
         it->second.device() == live.device() && live.layout() == at::kStrided) {
-      it->second.copy_(live);
+      horovodlite::torch::detail::copy_into(it->second, live);
       saved_tensors_.emplace_back(item.first, it->second);
     } else {
       saved_tensors_.emplace_back(item.first, live.detach().clone());

@@ -8,11 +8,23 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include <cstring>
+
 #include "optimizer_blob.h"
 
 namespace horovodlite {
 namespace torch {
 namespace detail {
+
+void copy_into(const at::Tensor& saved, const at::Tensor& live) {
+  if (saved.device().is_cpu() && live.device().is_cpu() && saved.is_contiguous() && live.is_contiguous() &&
+      saved.dtype() == live.dtype() && saved.numel() == live.numel() && !live.is_conj() && !live.is_neg()) {
+    std::memcpy(saved.data_ptr(), live.data_ptr(), live.nbytes());
+    return;
+  }
+  saved.copy_(live);
+}
+
 namespace {
 
 using ::torch::optim::OptimizerParamState;
@@ -23,7 +35,7 @@ at::Tensor refresh(const at::Tensor& previous, const at::Tensor& live) {
   if (!live.defined()) return live;
   if (previous.defined() && previous.sizes() == live.sizes() && previous.strides() == live.strides() &&
       previous.dtype() == live.dtype() && previous.device() == live.device() && live.layout() == at::kStrided) {
-    previous.copy_(live);
+    copy_into(previous, live);
     return previous;
   }
   return live.detach().clone();
