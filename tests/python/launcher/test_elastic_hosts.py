@@ -146,3 +146,115 @@ def test_host_link_down(testbed, tmp_path):
         assert _final(tmp_path, "%s-h%d" % (testbed, h)) == expected, out.stdout[-4000:]
     gap = max(b["t"] - a["t"] for a, b in zip(log, log[1:]))
     print("link down: longest gap between commits %.2f s (watchdog 5 s)" % gap)
+
+
+# An elastic script as Horovod's integration scripts are written: it reads
+# HOROVOD_HOSTNAME and HOROVOD_RANK from its environment, trains a TorchState
+# (model, optimizer, epoch, batch, commits, rendezvous) with a reset callback,
+# and at the end of an epoch where the schedule changes the hosts, rank 0 waits
+# for the driver's notice in state._host_messages; rank 0 logs one JSON line per
+# epoch. The discovery script prints the hosts of the epoch the log has reached.
+HOROVOD_STYLE = r"""
+import argparse, json, os, time
+import torch
+import torch.nn.functional as F
+import horovodlite.torch as hvd
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=4)
+p.add_argument("--batches-per-epoch", type=int, default=4)
+p.add_argument("--logfile", required=True)
+p.add_argument("--schedule", required=True)
+p.add_argument("--discovery-wait", type=float, default=30)
+args = p.parse_args()
+hvd.init()
+hostname = os.environ.get("HOROVOD_HOSTNAME")
+start_rank = int(os.environ.get("HOROVOD_RANK", 0))
+schedule = json.loads(args.schedule)
+
+def hosts_at(epoch):
+    return [hosts for first, hosts in schedule if first <= epoch][-1]
+
+torch.manual_seed(0)
+data = torch.randn(32, 2)
+target = torch.randint(0, 2, (32,))
+lr = 0.001
+model = torch.nn.Linear(2, 2)
+optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr * hvd.size()),
+                                     named_parameters=model.named_parameters())
+
+@hvd.elastic.run
+def train(state):
+    state.rendezvous += 1
+    while state.epoch < args.epochs:
+        while state.batch < args.batches_per_epoch:
+            optimizer.zero_grad()
+            F.cross_entropy(model(data), target).backward()
+            optimizer.step()
+            state.batch += 1
+            state.commits += 1
+            state.commit()
+        if hvd.rank() == 0:
+            with open(args.logfile, "a") as f:
+                f.write(json.dumps({"epoch": state.epoch, "commits": state.commits, "hostname": hostname,
+                                    "start_rank": start_rank, "rank": hvd.rank(), "size": hvd.size(),
+                                    "rendezvous": state.rendezvous, "lr": optimizer.param_groups[0]["lr"],
+                                    "updated": state._last_updated_timestamp}) + "\n")
+            if hosts_at(state.epoch) != hosts_at(state.epoch + 1):
+                start = time.time()
+                while state._host_messages.empty():
+                    if time.time() - start > args.discovery_wait:
+                        raise TimeoutError("no host update from the driver")
+                    time.sleep(0.1)
+        state.epoch += 1
+        state.batch = 0
+        state.commits += 1
+        state.commit()
+
+def on_state_reset():
+    for group in optimizer.param_groups:
+        group["lr"] = lr * hvd.size()
+
+state = hvd.elastic.TorchState(model, optimizer, batch=0, epoch=0, commits=0, rendezvous=0)
+state.register_reset_callbacks([on_state_reset])
+train(state)
+"""
+
+DISCOVER = r"""
+import json, os, sys
+logfile, schedule = sys.argv[1], json.loads(sys.argv[2])
+epoch = len(open(logfile).read().splitlines()) if os.path.exists(logfile) else 0
+print("\n".join("%s:1" % h for h in [hosts for first, hosts in schedule if first <= epoch][-1]))
+"""
+
+
+def test_horovod_style_script_hosts_added_and_removed(testbed, tmp_path):
+    h1, h2, h3 = ("%s-h%d" % (testbed, i) for i in (1, 2, 3))
+    # Epoch 0 on h1+h2, epoch 1 adds h3, epochs 2-3 without h2.
+    schedule = json.dumps([[0, [h1, h2]], [1, [h1, h2, h3]], [2, [h1, h3]]])
+    logfile = tmp_path / "epochs.log"
+    (tmp_path / "train.py").write_text(HOROVOD_STYLE)
+    (tmp_path / "discover.py").write_text(DISCOVER)
+    os.chmod(tmp_path, 0o755)
+    discovery = "%s %s %s '%s'" % (sys.executable, tmp_path / "discover.py", logfile, schedule)
+    cmd = [sys.executable, "-m", "horovodlite.run", "--hosts-netns", testbed, "--min-np", "2", "--max-np", "3",
+           "--host-discovery-script", discovery, "--log-level", "DEBUG", "--network-interface", "eth0",
+           "--gloo-timeout-seconds", "20", "--elastic-timeout", "60",
+           sys.executable, str(tmp_path / "train.py"), "--logfile", str(logfile), "--schedule", schedule]
+    out = subprocess.run(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout[-4000:]
+    epochs = [json.loads(line) for line in logfile.read_text().splitlines()]
+    # One line per epoch, each at the world size its hosts give, by the rank 0 on h1
+    # that started as rank 0; every batch and every epoch end committed once.
+    assert [e["epoch"] for e in epochs] == [0, 1, 2, 3], epochs
+    assert [e["size"] for e in epochs] == [2, 3, 2, 2], epochs
+    assert all(e["hostname"] == h1 and e["start_rank"] == 0 for e in epochs), epochs
+    assert [e["commits"] for e in epochs] == [4 + 5 * i for i in range(4)], epochs
+    # A new world (a rendezvous) after each host change, and the reset callback
+    # scaled the learning rate to each world.
+    assert [e["rendezvous"] for e in epochs] == [1, 2, 3, 3], epochs
+    assert [round(e["lr"], 6) for e in epochs] == [0.002, 0.003, 0.002, 0.002], epochs
+    # The driver's notices carry a timestamp the state kept.
+    assert epochs[0]["updated"] == 0 and epochs[1]["updated"] > 0 and epochs[2]["updated"] >= epochs[1]["updated"]
+    assert "DEBUG" in out.stdout or "debug" in out.stdout, out.stdout[-2000:]
