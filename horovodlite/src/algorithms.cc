@@ -81,7 +81,7 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
 #endif
 
 // A job without MPI (Gloo): the project's own algorithms over the transport.
-// Not yet here: Adasum, the hierarchical algorithms and device (CUDA) tensors,
+// Not yet here: Adasum, the hierarchical allgather and device (CUDA) tensors,
 // which are built on MPI communicators (docs/transport.md).
 std::unique_ptr<Registry> make_transport_registry(const MpiContext& mpi, const Config& config) {
   auto reg = std::make_unique<Registry>();
@@ -92,6 +92,8 @@ std::unique_ptr<Registry> make_transport_registry(const MpiContext& mpi, const C
                "Adasum needs an MPI job in this version (start it with mpirun or horovodlite-run "
                "without --gloo), this job runs on Gloo"));
   reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
+  // Several hosts alike, large messages (or as configured): three steps over splits of the transport.
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));
   reg->add(OpType::kAllreduce, kHost, std::make_unique<RingBackend>(mpi, config, fusion));  // every size
   reg->add(OpType::kAllgather, kHost, std::make_unique<TransportAllgather>(mpi, fusion));
   reg->add(OpType::kBroadcast, kHost, std::make_unique<TransportBroadcast>(mpi));

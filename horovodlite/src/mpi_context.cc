@@ -199,8 +199,9 @@ Status MpiContext::init_communicators() {
 Status MpiContext::several_hosts_alike(bool* yes, bool* same_count) const {
   // min == max of the local sizes: every host has as many ranks. Then
   // cross_size (the number of hosts) is the same everywhere too.
-  int sizes[2] = {local_size_, -local_size_};
-  HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, comm_));
+  // (The control collective: MPI's, or the transport's in a job without MPI.)
+  int64_t sizes[2] = {local_size_, -local_size_};  // max, -min
+  HVL_RETURN_IF_ERROR(max_int64(sizes, 2));
   const bool same = sizes[0] == -sizes[1];
   if (same_count != nullptr) *same_count = same;
   *yes = same && local_size_ > 1 && cross_size_ > 1;

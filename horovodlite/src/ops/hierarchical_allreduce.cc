@@ -4,6 +4,7 @@
 
 #include "logging.h"
 #include "ops/ring_segment.h"
+#include "transport/collectives.h"
 
 namespace horovodlite {
 
@@ -55,6 +56,17 @@ HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config
                            "HOROVODLITE_HIERARCHICAL_ALLREDUCE", ": the flat ring serves large allreduces")) {
     return;
   }
+  if (!mpi.uses_mpi()) {
+    const Status s = mpi.agree(set_up_transport(config), "hierarchical allreduce set-up",
+                               "splitting the transport "
+                               "failed there");
+    if (!s.ok()) {
+      HVL_LOG(kWarning, "the hierarchical allreduce is disabled: " << s.message());
+      local_wire_.reset();
+      ring_.reset();
+    }
+    return;
+  }
   Status dup = mpi_status(MPI_Comm_dup(mpi.local_comm(), &local_), "MPI_Comm_dup (local)");
   if (dup.ok()) dup = mpi_status(MPI_Comm_dup(mpi.cross_comm(), &cross_), "MPI_Comm_dup (cross)");
   dup = mpi.agree(dup, "hierarchical allreduce set-up", "MPI_Comm_dup failed there");
@@ -81,6 +93,20 @@ HierarchicalAllreduce::HierarchicalAllreduce(const MpiContext& mpi, const Config
   RingAllreduceOptions options;
   options.segment_bytes = segment;
   ring_ = std::make_unique<RingAllreduce>(cross_, options);
+}
+
+Status HierarchicalAllreduce::set_up_transport(const Config& config) {
+  const transport::ContextPtr& wire = mpi_.wire();
+  const transport::Topology& topology = wire->topology();
+  transport::ContextPtr cross;
+  HVL_RETURN_IF_ERROR(wire->split(topology.local_ranks(wire->rank()), "hierarchical_allreduce/local", &local_wire_));
+  HVL_RETURN_IF_ERROR(wire->split(topology.cross_ranks(wire->rank()), "hierarchical_allreduce/cross", &cross));
+  local_rank_ = local_wire_->rank();
+  local_size_ = local_wire_->size();
+  RingAllreduceOptions options;
+  options.segment_bytes = config.ring_segment_bytes;
+  ring_ = std::make_unique<RingAllreduce>(std::move(cross), options);
+  return Status::OK();
 }
 
 HierarchicalAllreduce::~HierarchicalAllreduce() {
@@ -126,6 +152,7 @@ Status HierarchicalAllreduce::run(const void* in, void* out, int64_t count, Data
                                   double postscale, bool wire16) {
   if (ring_ == nullptr) return Status::Internal("the hierarchical allreduce is not set up on this job");
   if (count <= 0) return Status::OK();
+  if (local_wire_ != nullptr) return run_transport(in, out, count, dtype, op, postscale, wire16);
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t piece = std::max<int64_t>(local_size_, piece_bytes_ / esize);
   const int64_t pieces = (count + piece - 1) / piece;
@@ -161,6 +188,32 @@ Status HierarchicalAllreduce::run(const void* in, void* out, int64_t count, Data
                                    "MPI_Iallgatherv (inside the host)"));
   }
   return mpi_wait(&ag, "MPI_Iallgatherv (inside the host)");
+}
+
+Status HierarchicalAllreduce::run_transport(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                            double postscale, bool wire16) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t piece = std::max<int64_t>(local_size_, piece_bytes_ / esize);
+  HVL_RETURN_IF_ERROR(ensure_scratch((std::min(piece, count) + local_size_ - 1) / local_size_ * esize));
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  std::vector<int> counts, displs;
+  std::vector<int64_t> elements(static_cast<size_t>(local_size_));
+  std::vector<size_t> bytes(static_cast<size_t>(local_size_));
+  for (int64_t first = 0; first < count; first += piece) {
+    split(std::min(piece, count - first), local_size_, &counts, &displs);
+    for (int i = 0; i < local_size_; ++i) {
+      elements[static_cast<size_t>(i)] = counts[static_cast<size_t>(i)];
+      bytes[static_cast<size_t>(i)] = static_cast<size_t>(counts[static_cast<size_t>(i)] * esize);
+    }
+    void* shard = scratch_[0].data();
+    const int n = counts[static_cast<size_t>(local_rank_)];
+    HVL_RETURN_IF_ERROR(transport_ops::reducescatter(*local_wire_, src + first * esize, shard, elements, dtype, op));
+    HVL_RETURN_IF_ERROR(wire16 ? ring_->run_fp16_wire(shard, shard, n, dtype, op, postscale)
+                               : ring_->run(shard, shard, n, dtype, op, postscale));
+    HVL_RETURN_IF_ERROR(transport_ops::allgatherv(*local_wire_, shard, dst + first * esize, bytes));
+  }
+  return Status::OK();
 }
 
 }  // namespace horovodlite

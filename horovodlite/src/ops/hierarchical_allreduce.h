@@ -15,6 +15,11 @@
 // precision (shared memory is not the bottleneck) and only the cross-host ring
 // carries IEEE binary16; the result is fp16-rounded, then postscaled, and is
 // bitwise the same on every rank (each shard is reduced by one ring and copied).
+//
+// In a job without MPI (Gloo) the same three steps run over the transport:
+// the local steps are transport_ops::reducescatter and allgatherv over a split
+// of the ranks of this host, the ring runs over a split of the ranks with this
+// local rank on every host; piece after piece, without the MPI form's overlap.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +29,7 @@
 #include "horovodlite/config.h"
 #include "ops/host_allreduce.h"
 #include "ops/ring_allreduce.h"
+#include "transport/transport.h"
 
 namespace horovodlite {
 
@@ -65,11 +71,16 @@ class HierarchicalAllreduce : public HostAllreduce {
 
  private:
   Status run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale, bool wire16);
+  // The job without MPI: splits the transport (collective over every rank).
+  Status set_up_transport(const Config& config);
+  Status run_transport(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale,
+                       bool wire16);
   Status ensure_scratch(int64_t bytes);
 
-  const Config& config_;            // hierarchical_allreduce: the live switch
-  MPI_Comm local_ = MPI_COMM_NULL;  // dup of the local communicator: the local steps
-  MPI_Comm cross_ = MPI_COMM_NULL;  // dup of the cross communicator: the ring
+  const Config& config_;              // hierarchical_allreduce: the live switch
+  MPI_Comm local_ = MPI_COMM_NULL;    // dup of the local communicator: the local steps
+  MPI_Comm cross_ = MPI_COMM_NULL;    // dup of the cross communicator: the ring
+  transport::ContextPtr local_wire_;  // without MPI: this host's ranks (the local steps)
   int64_t piece_bytes_ = kPieceBytes;
   int local_rank_ = 0;
   int local_size_ = 1;

@@ -87,6 +87,51 @@ def test_gloo_job_collectives(tmp_path, gloo_core, np):
         assert "rank %d ok" % r in out.stdout, out.stdout
 
 
+# Two hosts of two ranks (127.0.0.1 and 127.0.0.2 are two hosts to the
+# launcher): the hierarchical allreduce over splits of the transport, forced
+# on for every size; sizes over several of its 8 MiB pieces, dtypes, ops, fp16
+# on the wire, fused tensors; every rank's result alike.
+HIERARCHICAL = r"""
+import sys, torch
+import horovodlite.torch as hvd
+hvd.init()
+n, r = hvd.size(), hvd.rank()
+assert (hvd.local_size(), hvd.cross_size()) == (2, 2), (hvd.local_size(), hvd.cross_size())
+for count in (1, 7, 1000, (1 << 20) + 3, 5 * (1 << 20) + 1):
+    for dtype in (torch.float32, torch.float64, torch.int32):
+        base = (torch.arange(count) % 97).to(dtype)
+        s = hvd.allreduce(base * (r + 1), op=hvd.Sum, name="s%d%s" % (count, dtype))
+        assert torch.equal(s, base * (n * (n + 1) // 2)), (count, dtype)
+        m = hvd.allreduce(base * (r + 1), op=hvd.Max, name="m%d%s" % (count, dtype))
+        assert torch.equal(m, base * n), (count, dtype)
+    a = hvd.allreduce(torch.full((count,), float(r)), op=hvd.Average, name="a%d" % count)
+    assert torch.allclose(a, torch.full((count,), (n - 1) / 2.0)), count
+    h = hvd.allreduce(torch.rand(count, generator=torch.Generator().manual_seed(r)), op=hvd.Sum,
+                      name="h%d" % count, compression=hvd.Compression.fp16)
+    g = hvd.allgather(h.unsqueeze(0), name="same%d" % count)
+    assert all(torch.equal(g[0], g[k]) for k in range(n)), count
+hs = [hvd.allreduce_async_(torch.ones(100000) * i, op=hvd.Sum, name="f%d" % i) for i in range(20)]
+assert all(torch.all(hvd.synchronize(h) == i * n) for i, h in enumerate(hs))
+sys.stdout.write("rank %d ok\n" % r)
+hvd.shutdown()
+"""
+
+
+def test_gloo_hierarchical_allreduce_2x2(tmp_path, gloo_core):
+    script = tmp_path / "h.py"
+    script.write_text(HIERARCHICAL)
+    timeline = tmp_path / "timeline.json"
+    env = clean_env()
+    env.update(HOROVODLITE_HIERARCHICAL_ALLREDUCE="1", HOROVODLITE_TIMELINE=str(timeline))
+    out = _run(["--gloo", "-np", "4", "-H", "127.0.0.1:2,127.0.0.2:2"], [sys.executable, str(script)], env=env,
+               timeout=300)
+    assert out.returncode == 0, out.stdout
+    for r in range(4):
+        assert "rank %d ok" % r in out.stdout, out.stdout
+    text = timeline.read_text()
+    assert "HIERARCHICAL_ALLREDUCE" in text and "RING_ALLREDUCE" not in text
+
+
 # Elastic: value += allreduce(ones, Sum) each step, commit every step. Rank 0
 # logs (step, size) after each commit. The worker on 127.0.0.3 kills itself
 # with SIGKILL at step KILL_AT of generation 1.
