@@ -81,8 +81,8 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
 #endif
 
 // A job without MPI (Gloo): the project's own algorithms over the transport.
-// Not yet here: Adasum, the hierarchical allgather and device (CUDA) tensors,
-// which are built on MPI communicators (docs/transport.md).
+// Not yet here: Adasum and device (CUDA) tensors, which are built on MPI
+// communicators (docs/transport.md).
 std::unique_ptr<Registry> make_transport_registry(const MpiContext& mpi, const Config& config) {
   auto reg = std::make_unique<Registry>();
   auto fusion = std::make_shared<FusionBuffer>();
@@ -94,7 +94,8 @@ std::unique_ptr<Registry> make_transport_registry(const MpiContext& mpi, const C
   reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
   // Several hosts alike, large messages (or as configured): three steps over splits of the transport.
   reg->add(OpType::kAllreduce, kHost, std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));
-  reg->add(OpType::kAllreduce, kHost, std::make_unique<RingBackend>(mpi, config, fusion));  // every size
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<RingBackend>(mpi, config, fusion));            // every size
+  reg->add(OpType::kAllgather, kHost, std::make_unique<HierarchicalAllgather>(mpi, config, fusion));  // several hosts
   reg->add(OpType::kAllgather, kHost, std::make_unique<TransportAllgather>(mpi, fusion));
   reg->add(OpType::kBroadcast, kHost, std::make_unique<TransportBroadcast>(mpi));
   reg->add(OpType::kAlltoall, kHost, std::make_unique<TransportAlltoall>(mpi));

@@ -12,12 +12,17 @@
 // ranks) sends blocks across hosts several times: the ring's link out of a host
 // carries (HL-1) blocks of N/(HL) bytes on 2x2, 3/4 * N against 1/2 * N here.
 // Fused responses use it too (MpiAllgather's packing, exchange() replaced).
+//
+// In a job without MPI (Gloo) the same two steps run over splits of the
+// transport (transport_ops::allgatherv, which packs blocks in rank order: each
+// step gathers into scratch and copies the blocks to their places).
 #pragma once
 
 #include <vector>
 
 #include "horovodlite/config.h"
 #include "ops/mpi_allgather.h"
+#include "transport/transport.h"
 
 namespace horovodlite {
 
@@ -38,6 +43,11 @@ class HierarchicalAllgather : public MpiAllgather {
                   DataType dtype) override;
 
  private:
+  // The job without MPI: the same layout from the transport's topology, and
+  // splits for the two steps (collective over every rank).
+  Status set_up_transport();
+  Status exchange_transport(void* buf, const std::vector<int>& counts, const std::vector<int>& displs, size_t elem);
+
   const Config& config_;  // hierarchical_allgather: the live switch
   MPI_Comm local_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;
@@ -45,7 +55,9 @@ class HierarchicalAllgather : public MpiAllgather {
   // members_[h][j]: the global rank of local rank j on host h (h: cross rank of
   // the host's local rank 0).
   std::vector<std::vector<int>> members_;
-  std::vector<int> cross_members_;  // the global rank of each rank of cross_
+  std::vector<int> cross_members_;                 // the global rank of each rank of cross_
+  transport::ContextPtr local_wire_, cross_wire_;  // without MPI: the two steps' groups
+  std::vector<char> scratch_;
 };
 
 }  // namespace horovodlite

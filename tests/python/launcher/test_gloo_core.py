@@ -90,7 +90,8 @@ def test_gloo_job_collectives(tmp_path, gloo_core, np):
 # Two hosts of two ranks (127.0.0.1 and 127.0.0.2 are two hosts to the
 # launcher): the hierarchical allreduce over splits of the transport, forced
 # on for every size; sizes over several of its 8 MiB pieces, dtypes, ops, fp16
-# on the wire, fused tensors; every rank's result alike.
+# on the wire, fused tensors; every rank's result alike. Then the hierarchical
+# allgather, forced on: uneven rows (one rank none), fused.
 HIERARCHICAL = r"""
 import sys, torch
 import horovodlite.torch as hvd
@@ -112,17 +113,28 @@ for count in (1, 7, 1000, (1 << 20) + 3, 5 * (1 << 20) + 1):
     assert all(torch.equal(g[0], g[k]) for k in range(n)), count
 hs = [hvd.allreduce_async_(torch.ones(100000) * i, op=hvd.Sum, name="f%d" % i) for i in range(20)]
 assert all(torch.all(hvd.synchronize(h) == i * n) for i, h in enumerate(hs))
+# The hierarchical allgather: ranks give different numbers of rows (rank 2 none).
+for rows in (1, 1000, 300000):
+    mine = torch.arange(rows * (r != 2) * (r + 1) * 2, dtype=torch.float64).reshape(-1, 2) + 1000 * r
+    g = hvd.allgather(mine, name="g%d" % rows)
+    want = torch.cat([torch.arange(rows * (k != 2) * (k + 1) * 2, dtype=torch.float64).reshape(-1, 2) + 1000 * k
+                      for k in range(n)])
+    assert torch.equal(g, want), rows
+hs = [hvd.allgather_async(torch.full((k + r, 3), float(r)), name="fa%d" % k) for k in range(10)]
+for k, h in enumerate(hs):
+    assert torch.equal(hvd.synchronize(h), torch.cat([torch.full((k + q, 3), float(q)) for q in range(n)])), k
 sys.stdout.write("rank %d ok\n" % r)
 hvd.shutdown()
 """
 
 
-def test_gloo_hierarchical_allreduce_2x2(tmp_path, gloo_core):
+def test_gloo_hierarchical_2x2(tmp_path, gloo_core):
     script = tmp_path / "h.py"
     script.write_text(HIERARCHICAL)
     timeline = tmp_path / "timeline.json"
     env = clean_env()
-    env.update(HOROVODLITE_HIERARCHICAL_ALLREDUCE="1", HOROVODLITE_TIMELINE=str(timeline))
+    env.update(HOROVODLITE_HIERARCHICAL_ALLREDUCE="1", HOROVODLITE_HIERARCHICAL_ALLGATHER="1",
+               HOROVODLITE_TIMELINE=str(timeline))
     out = _run(["--gloo", "-np", "4", "-H", "127.0.0.1:2,127.0.0.2:2"], [sys.executable, str(script)], env=env,
                timeout=300)
     assert out.returncode == 0, out.stdout
@@ -130,6 +142,7 @@ def test_gloo_hierarchical_allreduce_2x2(tmp_path, gloo_core):
         assert "rank %d ok" % r in out.stdout, out.stdout
     text = timeline.read_text()
     assert "HIERARCHICAL_ALLREDUCE" in text and "RING_ALLREDUCE" not in text
+    assert "HIERARCHICAL_ALLGATHER" in text and "TRANSPORT_ALLGATHERV" not in text
 
 
 # Elastic: value += allreduce(ones, Sum) each step, commit every step. Rank 0
