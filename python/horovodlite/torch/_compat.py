@@ -11,8 +11,8 @@
   checkpointing); where there is none (a hook on an autograd device thread, a
   backward started from C++), the autograd graph task (2.x's
   ``torch._C._current_graph_task_id``), else nothing.
-- Compiled autograd (2.x: ``torch._dynamo.config.compiled_autograd``,
-  ``torch._dynamo.compiled_autograd.enable``) puts gradient hooks into the
+- Compiled autograd (2.x: ``torch._dynamo.compiled_autograd``; 2.13 calls
+  its context ``_enable``) puts gradient hooks into the
   backward graph it captures, and Dynamo then traces them. horovodlite's hooks
   start collectives and keep per-pass bookkeeping (dicts keyed by parameters,
   the backward frame from ``sys._getframe``); traced, they break the graph in
