@@ -168,14 +168,7 @@ __attribute__((target("avx2,fma"))) void combine_f32_avx2(float* out, const floa
                                                           double cx, double cy) {
   const __m256d vx = _mm256_set1_pd(cx), vy = _mm256_set1_pd(cy);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {  // two independent halves per iteration, one 256-bit store
-    const __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b0 = _mm256_cvtps_pd(_mm_loadu_ps(y + i));
-    const __m256d a1 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), b1 = _mm256_cvtps_pd(_mm_loadu_ps(y + i + 4));
-    const __m128 r0 = _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a0, _mm256_mul_pd(vy, b0)));
-    const __m128 r1 = _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a1, _mm256_mul_pd(vy, b1)));
-    _mm256_storeu_ps(out + i, _mm256_set_m128(r1, r0));
-  }
-  for (; i + 4 <= n; i += 4) {  // the same arithmetic as above for a remaining half
+  for (; i + 4 <= n; i += 4) {
     const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(y + i));
     _mm_storeu_ps(out + i, _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a, _mm256_mul_pd(vy, b))));
   }
