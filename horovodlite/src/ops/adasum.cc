@@ -141,9 +141,10 @@ __attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const flo
   __m256d d0 = _mm256_setzero_pd(), d1 = d0, xx0 = d0, xx1 = d0, yy0 = d0, yy1 = d0;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(y + i);
-    const __m256d a0 = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), a1 = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
-    const __m256d b0 = _mm256_cvtps_pd(_mm256_castps256_ps128(b)), b1 = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
+    // Converted straight from memory (vcvtps2pd ymm, m128): no 128-bit
+    // extracts, which competed with the conversions for the same port.
+    const __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), a1 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    const __m256d b0 = _mm256_cvtps_pd(_mm_loadu_ps(y + i)), b1 = _mm256_cvtps_pd(_mm_loadu_ps(y + i + 4));
     d0 = _mm256_fmadd_pd(a0, b0, d0);
     d1 = _mm256_fmadd_pd(a1, b1, d1);
     xx0 = _mm256_fmadd_pd(a0, a0, xx0);

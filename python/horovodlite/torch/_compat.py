@@ -11,6 +11,18 @@
   checkpointing); where there is none (a hook on an autograd device thread, a
   backward started from C++), the autograd graph task (2.x's
   ``torch._C._current_graph_task_id``), else nothing.
+- Compiled autograd (2.x: ``torch._dynamo.compiled_autograd``; 2.13 calls
+  its context ``_enable``) puts gradient hooks into the
+  backward graph it captures, and Dynamo then traces them. horovodlite's hooks
+  start collectives and keep per-pass bookkeeping (dicts keyed by parameters,
+  the backward frame from ``sys._getframe``); traced, they break the graph in
+  the middle and run out of order (seen with 2.13: the same gradient enqueued
+  twice in one pass, "a collective named ... is already in flight"). Hooks are
+  therefore registered through ``eager()``: ``torch.compiler.disable`` (2.1+),
+  so compiled autograd calls them as opaque functions, eagerly, at the place
+  in the backward graph where autograd would have called them. This imports
+  ``torch._dynamo`` when the first optimizer registers its hooks (about 1.5 s
+  on the project's 2-core machine, once per process).
 """
 
 import sys
@@ -41,12 +53,19 @@ class _AccumulatorHook:
         self.node = None
 
 
+def eager(hook):
+    """``hook``, marked so that Dynamo (compiled autograd) calls it instead of
+    tracing it (see above); ``hook`` itself where there is no torch.compiler."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return hook if disable is None else disable(hook)
+
+
 def register_grad_ready_hook(param, fn):
     """Calls ``fn()`` each time autograd has accumulated a gradient into
     ``param.grad`` (param: a leaf that requires grad). Returns an object with
     ``remove()``; keep it as long as the hook should stay."""
     if HAS_POST_ACCUMULATE_GRAD_HOOK:
-        return param.register_post_accumulate_grad_hook(lambda _: fn())
+        return param.register_post_accumulate_grad_hook(eager(lambda _: fn()))
     node = param.expand_as(param).grad_fn.next_functions[0][0]
     handle = node.register_hook(lambda *_: fn())
     return _AccumulatorHook(node, handle if hasattr(handle, "remove") else None)

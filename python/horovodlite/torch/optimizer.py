@@ -35,7 +35,7 @@ from contextlib import contextmanager
 import torch
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
-from horovodlite.torch._compat import backward_pass_key, register_grad_ready_hook
+from horovodlite.torch._compat import backward_pass_key, eager, register_grad_ready_hook
 from horovodlite.torch._enqueue import enqueue_allreduce
 from horovodlite.torch._sparse_grads import SparseGradients
 from horovodlite.torch.compression import Compression
@@ -191,7 +191,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if p.requires_grad:
                     self._requires_update.add(p)
                     self._grad_hooks.append(register_grad_ready_hook(p, self._make_hook(p)))
-                    p.register_hook(self._make_piece_hook(p))
+                    p.register_hook(eager(self._make_piece_hook(p)))
 
     def _scale_factors(self):
         if self.op == Average:
