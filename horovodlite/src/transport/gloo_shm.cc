@@ -363,6 +363,12 @@ void ShmHub::progress_channel(ShmChannel* c) {
   while (true) {
     if (!c->in_msg) {
       if (c->available() < sizeof(MsgHeader)) break;
+      // No receive posted on this channel: leave the message in the ring,
+      // where its receive, posted soon (the ring allreduce's next segment),
+      // takes it from without a heap copy; unless something must get past it:
+      // a receive posted for a later message (then there is one), or a sender
+      // that the full ring holds up.
+      if (c->recvs.empty() && c->available() + sizeof(MsgHeader) <= kShmRingBytes) break;
       c->read(&c->in_hdr, sizeof(MsgHeader));
       c->in_msg = true;
       c->in_done = 0;

@@ -8,9 +8,11 @@
 // length) then its bytes, streamed through the ring as space frees. Sends
 // complete once their bytes are in the ring (eager, as MPI's shared-memory
 // path does for small messages); a receive is copied straight from the ring
-// into the posted buffer, or, when none is posted yet for that slot, into a
-// heap buffer that the next receive for the slot takes (MPI's unexpected
-// queue). Per peer, messages with one slot match receives in posting order.
+// into the posted buffer. A message with no receive posted yet stays in the
+// ring while nothing needs to get past it; once a receive is posted for a
+// later message, or the ring is full, it is copied into a heap buffer that the
+// next receive for its slot takes (MPI's unexpected queue). Per peer,
+// messages with one slot match receives in posting order.
 //
 // Nothing moves on a thread of its own: every test() of a request moves what
 // can move on every channel of the hub (all pending sends, all arrived bytes),
