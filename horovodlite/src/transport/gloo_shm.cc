@@ -191,8 +191,13 @@ Status ShmHub::create_channel(int world_peer, std::string* name) {
           "." + std::to_string(counter++) + "." + std::to_string(rd());
   const int fd = shm_open(name->c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return Status::Aborted(errno_text("transport (gloo, shared memory): shm_open " + *name));
-  if (ftruncate(fd, static_cast<off_t>(kFileBytes)) != 0) {
-    const Status s = Status::Aborted(errno_text("transport (gloo, shared memory): ftruncate " + *name));
+  // Reserve the pages now: a /dev/shm too small for them (64 MiB in a default
+  // Docker container) fails here, not with SIGBUS at the first message.
+  const int rc = posix_fallocate(fd, 0, static_cast<off_t>(kFileBytes));
+  if (rc != 0) {
+    errno = rc;
+    const Status s = Status::Aborted(
+        errno_text("transport (gloo, shared memory): reserving " + std::to_string(kFileBytes) + " bytes for " + *name));
     close(fd);
     shm_unlink(name->c_str());
     return s;
