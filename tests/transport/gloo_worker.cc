@@ -3,13 +3,24 @@
 // connects through the HTTP rendezvous store, then checks the ring allreduce
 // (plain and fp16 wire), the transport collectives and process-set
 // sub-contexts against values every rank can compute. Exits 0 when all agree.
+// All ranks share a host: with HOROVODLITE_GLOO_SHM unset or 1 every pair goes
+// through shared memory (checked), with 0 over TCP. `gloo_worker kill`: after
+// the suite the last rank kills itself (SIGKILL) while rank 0 waits for a
+// message from it; rank 0 must see the wait fail naming it, not hang.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 #include "horovodlite/config.h"
 #include "ops/ring_allreduce.h"
 #include "recursive_doubling.h"
 #include "transport/collectives.h"
+#include "transport/gloo_shm.h"
 #include "transport/gloo_transport.h"
 
 namespace hvl = horovodlite;
@@ -87,7 +98,44 @@ void run_suite(tp::Context& ctx, const char* where) {
 
 }  // namespace
 
-int main() {
+// The last rank dies in the middle of a message rank 0 waits for.
+int kill_last_rank(tp::Context& world) {
+  const int r = world.rank(), last = world.size() - 1;
+  std::vector<uint8_t> big(tp::kShmRingBytes * 3);
+  check_status(world.barrier(), "barrier before the kill", r);
+  if (r == last) {
+    tp::RequestPtr s;  // more than the ring holds: rank 0 has a part of it when this rank dies
+    check_status(world.isend(big.data(), big.size(), 0, 11, &s), "send before the kill", r);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    kill(getpid(), SIGKILL);
+  }
+  if (r == 0) {
+    // Through shared memory the ring holds a third of the message when the
+    // peer dies (it moves data only while it tests its request): the wait
+    // fails. Over TCP the whole message may be in the socket by then: it
+    // completes, and a receive that nothing will match fails instead.
+    for (int tag : {11, 12}) {
+      tp::RequestPtr q;
+      int dummy = 0;
+      check_status(
+          tag == 11 ? world.irecv(big.data(), big.size(), last, tag, &q) : world.irecv(&dummy, 4, last, tag, &q),
+          "receive from the dying rank", r);
+      const auto t0 = std::chrono::steady_clock::now();
+      const hvl::Status w = q->wait(std::chrono::seconds(20));
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("gloo_worker rank 0: the wait on rank %d (tag %d) ended after %.2f s: %s\n", last, tag, s,
+                  w.ok() ? "completed" : w.message().c_str());
+      if (w.ok() && tag == 11) continue;
+      check(w.code() == hvl::StatusCode::kAborted, "the wait on a killed peer fails with kAborted", r);
+      check(w.message().find("rank " + std::to_string(last)) != std::string::npos, "the failure names the peer", r);
+      break;
+    }
+  }
+  std::printf("gloo_worker rank %d: %s\n", r, failures ? "FAILED" : "ok");
+  return failures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
   hvl::Config config;
   hvl::Status s = hvl::Config::from_env(&config);
   if (!s.ok() || config.transport != hvl::Config::Transport::kGloo) {
@@ -103,6 +151,8 @@ int main() {
   const int r = world->rank(), p = world->size();
   check(p == config.gloo.size && r == config.gloo.rank, "rank and size", r);
   check(world->local_rank() == config.gloo.local_rank || config.gloo.local_rank < 0, "local rank", r);
+  check(tp::shared_memory_peers(*world) == (config.gloo.shared_memory ? p - 1 : 0), "shared-memory peers", r);
+  if (argc > 1 && std::strcmp(argv[1], "kill") == 0) return kill_last_rank(*world);
   run_suite(*world, "world");
   // Process sets: every rank in reverse order, and the even ranks (a real subset).
   std::vector<int> reversed, even;

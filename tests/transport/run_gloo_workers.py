@@ -19,6 +19,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-np", type=int, required=True)
     parser.add_argument("--timeout", type=float, default=600, help="seconds before the workers are killed")
+    parser.add_argument("--killed", type=int, default=-1,
+                        help="this rank must end by SIGKILL (a test of the others noticing it)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -55,7 +57,12 @@ def main():
                 rc = w.poll()
                 if rc is not None:
                     pending.remove(w)
-                    if rc != 0 and status == 0:
+                    if workers.index(w) == args.killed:
+                        if rc != -9 and status == 0:
+                            status = 1
+                            print(f"run_gloo_workers: rank {args.killed} exited with {rc}, not SIGKILL",
+                                  file=sys.stderr)
+                    elif rc != 0 and status == 0:
                         status = rc
                         print(f"run_gloo_workers: rank {workers.index(w)} exited with {rc}", file=sys.stderr)
             if time.monotonic() > deadline:

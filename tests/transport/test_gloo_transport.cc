@@ -1,6 +1,7 @@
 // The Gloo TCP transport (loopback), ranks as threads over Gloo's in-process
-// HashStore: the ring, recursive doubling and the collectives on real sockets,
-// a split over a subset (its own full mesh), and a wait that names the peer.
+// HashStore: the ring, recursive doubling and the collectives on real sockets
+// and through the same-host shared-memory rings, a split over a subset (its
+// own full mesh), the rings' matching rules, and a wait that names the peer.
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include "ops/ring_allreduce.h"
 #include "recursive_doubling.h"
 #include "transport/collectives.h"
+#include "transport/gloo_shm.h"
 #include "transport/gloo_transport.h"
 
 namespace {
@@ -20,7 +22,9 @@ using horovodlite::ReduceOp;
 using horovodlite::Status;
 namespace tp = horovodlite::transport;
 
-void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn) {
+// Ranks as threads; all name one host, so with `shared_memory` their
+// messages go through the same-host rings (gloo_shm.h), otherwise over TCP.
+void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn, bool shared_memory = true) {
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
@@ -30,86 +34,160 @@ void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn) {
       options.size = size;
       options.hostname = "localhost";
       options.timeout = std::chrono::seconds(20);
+      options.shared_memory = shared_memory;
       tp::ContextPtr ctx;
       const Status s = tp::connect_gloo(options, store, &ctx);
       ASSERT_TRUE(s.ok()) << s.message();
       EXPECT_STREQ(ctx->kind(), "gloo");
+      EXPECT_EQ(tp::shared_memory_peers(*ctx), shared_memory ? size - 1 : 0);
       fn(*ctx);
     });
   }
   for (std::thread& t : threads) t.join();
 }
 
-TEST(GlooTransport, RingRecursiveDoublingAndCollectives) {
+class GlooBothPaths : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(GlooTransport, GlooBothPaths, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Shm" : "Tcp"; });
+
+TEST_P(GlooBothPaths, RingRecursiveDoublingAndCollectives) {
   for (int size = 1; size <= 3; ++size) {
-    run_gloo_ranks(size, [&](tp::Context& ctx) {
-      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{300001}}) {
-        horovodlite::RingAllreduceOptions options;
-        options.segment_bytes = 64 << 10;
-        horovodlite::RingAllreduce ring(ctx.shared_from_this(), options);
-        std::vector<float> buf(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) buf[static_cast<size_t>(i)] = static_cast<float>(ctx.rank() + i % 5);
-        std::vector<float> half = buf;
-        Status s = ring.run(buf.data(), n, DataType::kFloat32, ReduceOp::kSum);
-        ASSERT_TRUE(s.ok()) << s.message();
-        s = ring.run_fp16_wire(half.data(), n, DataType::kFloat32, ReduceOp::kSum);
-        ASSERT_TRUE(s.ok()) << s.message();
-        for (int64_t i = 0; i < n; ++i) {
-          const float want = static_cast<float>(size * (size - 1) / 2 + size * (i % 5));
-          ASSERT_EQ(buf[static_cast<size_t>(i)], want);
-          ASSERT_EQ(half[static_cast<size_t>(i)], want);
-        }
-        std::vector<int32_t> b(static_cast<size_t>(n), ctx.rank() == size - 1 ? 9 : 0);
-        ASSERT_TRUE(horovodlite::transport_ops::broadcast(ctx, b.data(), b.size() * 4, size - 1).ok());
-        for (int32_t v : b) ASSERT_EQ(v, 9);
-      }
-      horovodlite::RecursiveDoubling rd(ctx.shared_from_this());
-      uint64_t w[3] = {1, 2, static_cast<uint64_t>(ctx.rank())};
-      ASSERT_TRUE(rd.run(w, 3, [](const uint64_t* in, uint64_t* io) {
-                      for (int i = 0; i < 3; ++i) io[i] += in[i];
-                    }).ok());
-      EXPECT_EQ(w[0], static_cast<uint64_t>(size));
-      EXPECT_EQ(w[2], static_cast<uint64_t>(size * (size - 1) / 2));
-      std::vector<size_t> bytes(static_cast<size_t>(size), 4);
-      std::vector<int32_t> all(static_cast<size_t>(size), -1);
-      int32_t me = 10 + ctx.rank();
-      ASSERT_TRUE(horovodlite::transport_ops::allgatherv(ctx, &me, all.data(), bytes).ok());
-      for (int r = 0; r < size; ++r) EXPECT_EQ(all[static_cast<size_t>(r)], 10 + r);
-      EXPECT_TRUE(ctx.barrier().ok());
-    });
+    run_gloo_ranks(
+        size,
+        [&](tp::Context& ctx) {
+          for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{300001}}) {
+            horovodlite::RingAllreduceOptions options;
+            options.segment_bytes = 64 << 10;
+            horovodlite::RingAllreduce ring(ctx.shared_from_this(), options);
+            std::vector<float> buf(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) buf[static_cast<size_t>(i)] = static_cast<float>(ctx.rank() + i % 5);
+            std::vector<float> half = buf;
+            Status s = ring.run(buf.data(), n, DataType::kFloat32, ReduceOp::kSum);
+            ASSERT_TRUE(s.ok()) << s.message();
+            s = ring.run_fp16_wire(half.data(), n, DataType::kFloat32, ReduceOp::kSum);
+            ASSERT_TRUE(s.ok()) << s.message();
+            for (int64_t i = 0; i < n; ++i) {
+              const float want = static_cast<float>(size * (size - 1) / 2 + size * (i % 5));
+              ASSERT_EQ(buf[static_cast<size_t>(i)], want);
+              ASSERT_EQ(half[static_cast<size_t>(i)], want);
+            }
+            std::vector<int32_t> b(static_cast<size_t>(n), ctx.rank() == size - 1 ? 9 : 0);
+            ASSERT_TRUE(horovodlite::transport_ops::broadcast(ctx, b.data(), b.size() * 4, size - 1).ok());
+            for (int32_t v : b) ASSERT_EQ(v, 9);
+          }
+          horovodlite::RecursiveDoubling rd(ctx.shared_from_this());
+          uint64_t w[3] = {1, 2, static_cast<uint64_t>(ctx.rank())};
+          ASSERT_TRUE(rd.run(w, 3, [](const uint64_t* in, uint64_t* io) {
+                          for (int i = 0; i < 3; ++i) io[i] += in[i];
+                        }).ok());
+          EXPECT_EQ(w[0], static_cast<uint64_t>(size));
+          EXPECT_EQ(w[2], static_cast<uint64_t>(size * (size - 1) / 2));
+          std::vector<size_t> bytes(static_cast<size_t>(size), 4);
+          std::vector<int32_t> all(static_cast<size_t>(size), -1);
+          int32_t me = 10 + ctx.rank();
+          ASSERT_TRUE(horovodlite::transport_ops::allgatherv(ctx, &me, all.data(), bytes).ok());
+          for (int r = 0; r < size; ++r) EXPECT_EQ(all[static_cast<size_t>(r)], 10 + r);
+          EXPECT_TRUE(ctx.barrier().ok());
+        },
+        GetParam());
   }
 }
 
-TEST(GlooTransport, SplitOverASubsetAndDup) {
+TEST_P(GlooBothPaths, SplitOverASubsetAndDup) {
+  run_gloo_ranks(
+      3,
+      [&](tp::Context& ctx) {
+        tp::ContextPtr dup;
+        ASSERT_TRUE(ctx.dup("ring", &dup).ok());
+        if (ctx.rank() != 1) {
+          tp::ContextPtr sub;
+          const Status s = ctx.split({2, 0}, "ps.1", &sub);
+          ASSERT_TRUE(s.ok()) << s.message();
+          EXPECT_EQ(sub->size(), 2);
+          EXPECT_EQ(sub->rank(), ctx.rank() == 2 ? 0 : 1);
+          int v = 100 + ctx.rank(), got = 0;
+          tp::RequestPtr a, b;
+          ASSERT_TRUE(sub->irecv(&got, 4, 1 - sub->rank(), 0, &a).ok());
+          ASSERT_TRUE(sub->isend(&v, 4, 1 - sub->rank(), 0, &b).ok());
+          ASSERT_TRUE(a->wait(std::chrono::seconds(10)).ok());
+          ASSERT_TRUE(b->wait(std::chrono::seconds(10)).ok());
+          EXPECT_EQ(got, ctx.rank() == 2 ? 100 : 102);
+        }
+        // The dup's messages do not meet the parent's.
+        int x = ctx.rank(), y = -1, z = -1;
+        std::vector<tp::RequestPtr> reqs(4);
+        const int right = (ctx.rank() + 1) % 3, left = (ctx.rank() + 2) % 3;
+        ASSERT_TRUE(dup->irecv(&y, 4, left, 7, &reqs[0]).ok());
+        ASSERT_TRUE(ctx.irecv(&z, 4, left, 7, &reqs[1]).ok());
+        int x2 = x + 50;
+        ASSERT_TRUE(ctx.isend(&x2, 4, right, 7, &reqs[2]).ok());
+        ASSERT_TRUE(dup->isend(&x, 4, right, 7, &reqs[3]).ok());
+        ASSERT_TRUE(tp::wait_all(&reqs, std::chrono::seconds(10)).ok());
+        EXPECT_EQ(y, left);
+        EXPECT_EQ(z, left + 50);
+      },
+      GetParam());
+}
+
+// The same-host rings' matching: messages that arrive before their receive
+// (kept, then taken by the receive in posting order), receives posted in
+// another tag order than the sends, messages larger than a ring sent both
+// ways before either side receives (no deadlock: a test moves every
+// channel), empty messages, and a length mismatch failing the receive.
+TEST(GlooTransport, SharedMemoryMatchingAndLargeMessages) {
   run_gloo_ranks(3, [&](tp::Context& ctx) {
-    tp::ContextPtr dup;
-    ASSERT_TRUE(ctx.dup("ring", &dup).ok());
-    if (ctx.rank() != 1) {
-      tp::ContextPtr sub;
-      const Status s = ctx.split({2, 0}, "ps.1", &sub);
-      ASSERT_TRUE(s.ok()) << s.message();
-      EXPECT_EQ(sub->size(), 2);
-      EXPECT_EQ(sub->rank(), ctx.rank() == 2 ? 0 : 1);
-      int v = 100 + ctx.rank(), got = 0;
-      tp::RequestPtr a, b;
-      ASSERT_TRUE(sub->irecv(&got, 4, 1 - sub->rank(), 0, &a).ok());
-      ASSERT_TRUE(sub->isend(&v, 4, 1 - sub->rank(), 0, &b).ok());
-      ASSERT_TRUE(a->wait(std::chrono::seconds(10)).ok());
-      ASSERT_TRUE(b->wait(std::chrono::seconds(10)).ok());
-      EXPECT_EQ(got, ctx.rank() == 2 ? 100 : 102);
-    }
-    // The dup's messages do not meet the parent's.
-    int x = ctx.rank(), y = -1, z = -1;
-    std::vector<tp::RequestPtr> reqs(4);
     const int right = (ctx.rank() + 1) % 3, left = (ctx.rank() + 2) % 3;
-    ASSERT_TRUE(dup->irecv(&y, 4, left, 7, &reqs[0]).ok());
-    ASSERT_TRUE(ctx.irecv(&z, 4, left, 7, &reqs[1]).ok());
-    int x2 = x + 50;
-    ASSERT_TRUE(ctx.isend(&x2, 4, right, 7, &reqs[2]).ok());
-    ASSERT_TRUE(dup->isend(&x, 4, right, 7, &reqs[3]).ok());
-    ASSERT_TRUE(tp::wait_all(&reqs, std::chrono::seconds(10)).ok());
-    EXPECT_EQ(y, left);
-    EXPECT_EQ(z, left + 50);
+    std::vector<tp::RequestPtr> sends;
+    int a = 100 + ctx.rank(), b = 200 + ctx.rank(), c = 300 + ctx.rank();
+    sends.emplace_back();
+    ASSERT_TRUE(ctx.isend(&a, 4, right, 1, &sends.back()).ok());
+    sends.emplace_back();
+    ASSERT_TRUE(ctx.isend(&b, 4, right, 2, &sends.back()).ok());
+    sends.emplace_back();
+    ASSERT_TRUE(ctx.isend(&c, 4, right, 1, &sends.back()).ok());
+    sends.emplace_back();
+    ASSERT_TRUE(ctx.isend(nullptr, 0, right, 3, &sends.back()).ok());
+    const size_t big = tp::kShmRingBytes * 2 + 12345;  // more than a ring, not a multiple of anything
+    std::vector<uint8_t> out(big), in(big, 0);
+    for (size_t i = 0; i < big; ++i) out[i] = static_cast<uint8_t>(i * 7 + ctx.rank());
+    sends.emplace_back();
+    ASSERT_TRUE(ctx.isend(out.data(), big, right, 4, &sends.back()).ok());
+    ASSERT_TRUE(ctx.barrier().ok());  // the small ones have arrived before any receive
+    int x2 = 0, x1 = 0, y1 = 0;
+    tp::RequestPtr r2, r1, r1b, r3, r4;
+    ASSERT_TRUE(ctx.irecv(&x2, 4, left, 2, &r2).ok());
+    ASSERT_TRUE(ctx.irecv(&x1, 4, left, 1, &r1).ok());
+    ASSERT_TRUE(ctx.irecv(&y1, 4, left, 1, &r1b).ok());
+    ASSERT_TRUE(ctx.irecv(nullptr, 0, left, 3, &r3).ok());
+    ASSERT_TRUE(ctx.irecv(in.data(), big, left, 4, &r4).ok());
+    for (tp::RequestPtr* r : {&r2, &r1, &r1b, &r3, &r4}) ASSERT_TRUE((*r)->wait(std::chrono::seconds(20)).ok());
+    ASSERT_TRUE(tp::wait_all(&sends, std::chrono::seconds(20)).ok());
+    EXPECT_EQ(x2, 200 + left);
+    EXPECT_EQ(x1, 100 + left);
+    EXPECT_EQ(y1, 300 + left);
+    for (size_t i = 0; i < big; ++i) ASSERT_EQ(in[i], static_cast<uint8_t>(i * 7 + left)) << i;
+    // A receive posted for 4 bytes meets a send of 8: the receive fails naming the lengths.
+    int64_t eight = 8;
+    int four = 0;
+    tp::RequestPtr s8, r4b;
+    ASSERT_TRUE(ctx.isend(&eight, 8, right, 5, &s8).ok());
+    ASSERT_TRUE(ctx.irecv(&four, 4, left, 5, &r4b).ok());
+    const Status w = r4b->wait(std::chrono::seconds(20));
+    EXPECT_EQ(w.code(), horovodlite::StatusCode::kInvalidArgument) << w.message();
+    EXPECT_NE(w.message().find("8 bytes"), std::string::npos) << w.message();
+    EXPECT_TRUE(s8->wait(std::chrono::seconds(20)).ok());
+    EXPECT_TRUE(ctx.barrier().ok());
+    // Every rank waits for its send of more than a ring with no receive
+    // posted anywhere: only taking the message out of the full ring lets
+    // the sends finish.
+    tp::RequestPtr sb, rb;
+    ASSERT_TRUE(ctx.isend(out.data(), big, right, 6, &sb).ok());
+    ASSERT_TRUE(sb->wait(std::chrono::seconds(20)).ok());
+    std::fill(in.begin(), in.end(), 0);
+    ASSERT_TRUE(ctx.irecv(in.data(), big, left, 6, &rb).ok());
+    ASSERT_TRUE(rb->wait(std::chrono::seconds(20)).ok());
+    for (size_t i = 0; i < big; ++i) ASSERT_EQ(in[i], static_cast<uint8_t>(i * 7 + left)) << i;
+    EXPECT_TRUE(ctx.barrier().ok());
   });
 }
 
@@ -154,6 +232,7 @@ TEST(GlooTransport, APeerThatGoesAwayFailsTheWaitNamingIt) {
       options.timeout = std::chrono::seconds(20);
       tp::ContextPtr ctx;
       ASSERT_TRUE(tp::connect_gloo(options, store, &ctx).ok());
+      EXPECT_EQ(tp::shared_memory_peers(*ctx), 1);  // noticed through the TCP pair all the same
       ASSERT_TRUE(ctx->barrier().ok());
       if (r == 0) {
         int v = 0;

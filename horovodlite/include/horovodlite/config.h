@@ -134,6 +134,8 @@ struct Config {
     std::string iface;
     double timeout_s = 30.0;
     std::string scope = "global";
+    // GLOO_SHM (default 1): same-host ranks talk through shared memory, not TCP.
+    bool shared_memory = true;
   } gloo;
 
   static Status from_env(Config* out);

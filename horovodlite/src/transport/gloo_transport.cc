@@ -12,12 +12,15 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 
+#include "logging.h"
+#include "transport/gloo_shm.h"
 #include "transport/http_store.h"
 
 namespace horovodlite {
@@ -103,11 +106,26 @@ class GlooRequest : public Request {
   bool done_ = false;
 };
 
+// Per same-host peer, a receive on its TCP pair that nothing is ever sent to:
+// Gloo fails it when the pair closes (the peer exited or was killed), which
+// tells the shared-memory path that the peer is gone.
+struct Sentinels {
+  std::map<int, std::unique_ptr<gloo::transport::UnboundBuffer>> bufs;  // by world rank
+  char bytes[1] = {0};
+  bool gone(int world_peer) const {
+    auto it = bufs.find(world_peer);
+    return it != bufs.end() && Peek::ready(static_cast<TcpBuffer*>(it->second.get()), false);
+  }
+};
+constexpr uint64_t kSentinelSlot = kMaxTag + 1;  // channel 0, past every tag
+constexpr int kShmSetupTag = kMaxTag - 1;        // the world's channel, before anyone else uses it
+
 // What every context split from one Gloo world shares.
 struct GlooShared {
   std::shared_ptr<gloo::rendezvous::Store> store;
   std::shared_ptr<gloo::transport::Device> device;
   std::chrono::milliseconds timeout;
+  std::shared_ptr<ShmHub> shm;  // same-host peers (gloo_shm.h); null when none or off
 };
 
 class GlooTransport : public Context {
@@ -121,9 +139,92 @@ class GlooTransport : public Context {
         channel_(channel) {}
 
   const char* kind() const override { return "gloo"; }
+  int shm_peers() const {
+    int n = 0;
+    for (int r = 0; r < size_; ++r) n += shared_->shm && shared_->shm->has(world_rank(r)) ? 1 : 0;
+    return n;
+  }
 
   Status isend(const void* buf, size_t bytes, int peer, int tag, RequestPtr* request) override {
     return post(true, const_cast<void*>(buf), bytes, peer, tag, request);
+  }
+
+  // Collective over the world: a shared-memory channel to every peer on this
+  // host (gloo_shm.h). A pair whose file cannot be made (a full /dev/shm) or
+  // opened on the far side (another /dev/shm: a container) stays on TCP;
+  // failed messages fail the set-up.
+  Status attach_shared_memory() {
+    std::vector<int> peers;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && topology_.host[static_cast<size_t>(r)] == topology_.host[static_cast<size_t>(rank_)]) {
+        peers.push_back(r);
+      }
+    }
+    if (peers.empty()) return Status::OK();
+    auto sentinels = std::make_shared<Sentinels>();
+    auto hub = std::make_shared<ShmHub>(rank_, [sentinels](int peer) { return sentinels->gone(peer); });
+    std::vector<std::vector<char>> names(static_cast<size_t>(size_), std::vector<char>(ShmHub::kNameBytes, 0));
+    std::vector<RequestPtr> reqs;
+    Status created = Status::OK();
+    // The files this rank created leave /dev/shm when the set-up ends, however
+    // it ends (once the peers have them mapped, or never).
+    struct Unlink {
+      ShmHub* hub;
+      std::vector<std::string> names;
+      ~Unlink() {
+        for (const std::string& n : names) hub->unlink_name(n);
+      }
+    } unlink{hub.get(), {}};
+    for (int p : peers) {
+      RequestPtr r;
+      std::vector<char>& name = names[static_cast<size_t>(p)];
+      if (p > rank_) {
+        std::string n;
+        Status s = hub->create_channel(p, &n);
+        if (!s.ok() && created.ok()) created = s;  // an empty name tells the peer
+        if (s.ok()) {
+          std::copy(n.begin(), n.end(), name.begin());
+          unlink.names.push_back(n);
+        }
+        HVL_RETURN_IF_ERROR(isend(name.data(), name.size(), p, kShmSetupTag, &r));
+      } else {
+        HVL_RETURN_IF_ERROR(irecv(name.data(), name.size(), p, kShmSetupTag, &r));
+      }
+      reqs.push_back(std::move(r));
+    }
+    HVL_RETURN_IF_ERROR(wait_all(&reqs, shared_->timeout));
+    reqs.clear();
+    std::vector<int32_t> ok(static_cast<size_t>(size_), 0);
+    for (int p : peers) {
+      RequestPtr r;
+      int32_t& k = ok[static_cast<size_t>(p)];
+      if (p < rank_) {
+        const std::vector<char>& name = names[static_cast<size_t>(p)];
+        const std::string n(name.data(), strnlen(name.data(), name.size()));
+        k = !n.empty() && hub->open_channel(p, n).ok() ? 1 : 0;
+        HVL_RETURN_IF_ERROR(isend(&k, sizeof(k), p, kShmSetupTag, &r));
+      } else {
+        HVL_RETURN_IF_ERROR(irecv(&k, sizeof(k), p, kShmSetupTag, &r));
+      }
+      reqs.push_back(std::move(r));
+    }
+    HVL_RETURN_IF_ERROR(wait_all(&reqs, shared_->timeout));
+    if (!created.ok()) HVL_LOG(kWarning, created.message() << ": those pairs stay on TCP");
+    for (int p : peers) {
+      if (!ok[static_cast<size_t>(p)]) {
+        hub->drop_channel(p);
+        continue;
+      }
+      try {
+        auto ub = gctx_->createUnboundBuffer(sentinels->bytes, sizeof(sentinels->bytes));
+        ub->recv(p, kSentinelSlot, 0, sizeof(sentinels->bytes));
+        sentinels->bufs[p] = std::move(ub);
+      } catch (const std::exception& e) {
+        return Status::Aborted("transport (gloo): watching rank " + std::to_string(p) + " failed: " + what_of(e));
+      }
+    }
+    shared_->shm = std::move(hub);
+    return Status::OK();
   }
   Status irecv(void* buf, size_t bytes, int peer, int tag, RequestPtr* request) override {
     return post(false, buf, bytes, peer, tag, request);
@@ -157,7 +258,9 @@ class GlooTransport : public Context {
       sub->setTimeout(shared_->timeout);
       gloo::rendezvous::PrefixStore store(prefix_ + "/" + key, *shared_->store);
       sub->connectFullMesh(store, shared_->device);
-      *out = std::make_shared<GlooTransport>(shared_, sub, prefix_ + "/" + key, 0, sub_topology(topology_, ranks),
+      // Its own channel too: same-host messages of every context share the world's rings.
+      const uint64_t channel = (std::hash<std::string>{}(prefix_ + "|" + key) & 0xFFFFFFFFFFFFull) | 1;
+      *out = std::make_shared<GlooTransport>(shared_, sub, prefix_ + "/" + key, channel, sub_topology(topology_, ranks),
                                              world_ranks);
     } catch (const std::exception& e) {
       return Status::Aborted("transport (gloo): connecting '" + name + "' failed: " + what_of(e));
@@ -173,6 +276,9 @@ class GlooTransport : public Context {
     }
     if (tag < 0 || tag > kMaxTag) return Status::InvalidArgument("transport: tag " + std::to_string(tag));
     const uint64_t slot = (channel_ << 16) | static_cast<uint64_t>(tag);
+    if (shared_->shm && shared_->shm->has(world_rank(peer))) {
+      return shared_->shm->post(send, buf, bytes, peer, world_rank(peer), slot, tag, request);
+    }
     try {
       // Gloo wants a valid pointer even for an empty message.
       auto ub = gctx_->createUnboundBuffer(bytes ? buf : static_cast<void*>(&empty_), bytes);
@@ -263,6 +369,11 @@ std::string machine_hostname() {
 
 }  // namespace
 
+int shared_memory_peers(const Context& ctx) {
+  const auto* g = dynamic_cast<const GlooTransport*>(&ctx);
+  return g == nullptr ? 0 : g->shm_peers();
+}
+
 std::shared_ptr<gloo::rendezvous::Store> make_http_store(const std::string& host, int port, const std::string& scope,
                                                          std::chrono::milliseconds timeout) {
   return std::make_shared<HttpGlooStore>(host, port, scope, timeout);
@@ -279,6 +390,9 @@ Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous
     // Every rank's host name first: the topology, and whether all are local.
     prefixed.set("host/" + std::to_string(options.rank), std::vector<char>(hostname.begin(), hostname.end()));
     std::vector<std::string> names;
+    std::vector<std::string> keys;
+    for (int r = 0; r < options.size; ++r) keys.push_back("host/" + std::to_string(r));
+    prefixed.wait(keys);  // a Gloo store's get does not wait (HashStore: an empty value)
     for (int r = 0; r < options.size; ++r) {
       const std::vector<char> v = prefixed.get("host/" + std::to_string(r));
       names.emplace_back(v.begin(), v.end());
@@ -313,7 +427,16 @@ Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous
     gctx->connectFullMesh(mesh, shared->device);
     std::vector<int> world_ranks(static_cast<size_t>(options.size));
     for (int r = 0; r < options.size; ++r) world_ranks[static_cast<size_t>(r)] = r;
-    *out = std::make_shared<GlooTransport>(shared, gctx, options.prefix, 0, topology, world_ranks);
+    auto world = std::make_shared<GlooTransport>(shared, gctx, options.prefix, 0, topology, world_ranks);
+    if (options.shared_memory) {
+      const Status s = world->attach_shared_memory();
+      if (!s.ok()) {
+        return Status::Aborted(
+            "transport (gloo): rank " + std::to_string(options.rank) +
+            ": the same-host shared-memory set-up failed (HOROVODLITE_GLOO_SHM=0 turns it off): " + s.message());
+      }
+    }
+    *out = std::move(world);
   } catch (const std::exception& e) {
     return Status::Aborted("transport (gloo): rank " + std::to_string(options.rank) + " of " +
                            std::to_string(options.size) + " could not connect: " + what_of(e));
@@ -335,6 +458,7 @@ Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
   options.iface = g.iface;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(g.timeout_s * 1000));
   options.prefix = "hvl";
+  options.shared_memory = g.shared_memory;
   return connect_gloo_http(options, g.rendezvous_addr, static_cast<int>(g.rendezvous_port), g.scope, out);
 }
 

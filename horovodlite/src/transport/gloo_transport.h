@@ -33,6 +33,9 @@ struct GlooOptions {
   std::string bind_address;
   // Rendezvous and connect timeout (HOROVOD_GLOO_TIMEOUT_SECONDS).
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
+  // Ranks on one host (equal host names) exchange messages through shared
+  // memory (gloo_shm.h) instead of TCP (HOROVODLITE_GLOO_SHM, default on).
+  bool shared_memory = true;
   // Prefix of every key this world writes (a scope per world, e.g. "global").
   std::string prefix = "hvl";
 };
@@ -48,6 +51,10 @@ Status connect_gloo_http(const GlooOptions& options, const std::string& host, in
 // HOROVOD_RANK/SIZE/HOSTNAME/GLOO_* variables), keys under its scope
 // (HOROVODLITE_GLOO_SCOPE: "global", or one per elastic generation).
 Status connect_gloo_from_config(const Config& config, ContextPtr* out);
+
+// How many peers of `ctx` (a Gloo context) this rank reaches through shared
+// memory; 0 for any other context.
+int shared_memory_peers(const Context& ctx);
 
 // gloo::rendezvous::Store over the HTTP key-value store (http_store.h).
 std::shared_ptr<gloo::rendezvous::Store> make_http_store(const std::string& host, int port, const std::string& scope,

@@ -1,0 +1,87 @@
+// The same-host path of the Gloo transport: a Gloo job's ranks that share a
+// host (the launcher's topology: equal host names) exchange their messages
+// through shared memory instead of TCP over loopback and Gloo's loop thread.
+//
+// One file in /dev/shm per pair of same-host ranks, mapped by both and
+// unlinked once both have it: two single-producer single-consumer byte rings
+// (one per direction) of kShmRingBytes. A message is a 16-byte header (slot,
+// length) then its bytes, streamed through the ring as space frees. Sends
+// complete once their bytes are in the ring (eager, as MPI's shared-memory
+// path does for small messages); a receive is copied straight from the ring
+// into the posted buffer. A message with no receive posted yet stays in the
+// ring while nothing needs to get past it; once a receive is posted for a
+// later message, or the ring is full, it is copied into a heap buffer that the
+// next receive for its slot takes (MPI's unexpected queue). Per peer,
+// messages with one slot match receives in posting order.
+//
+// Nothing moves on a thread of its own: every test() of a request moves what
+// can move on every channel of the hub (all pending sends, all arrived bytes),
+// so a rank waiting on any request also drains the rings its peers wait on.
+// A peer that dies is noticed through its Gloo TCP pair (the caller's
+// `peer_gone` callback: a receive posted on it that no one sends to fails when
+// the socket closes), the same way the TCP path notices it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace horovodlite {
+namespace transport {
+
+constexpr size_t kShmRingBytes = size_t{4} << 20;  // per direction and pair
+
+struct ShmOp;
+struct ShmEarly;
+struct ShmChannel;
+
+class ShmHub : public std::enable_shared_from_this<ShmHub> {
+ public:
+  // `peer_gone(world_peer)`: whether the peer's process is known to be gone.
+  ShmHub(int world_rank, std::function<bool(int)> peer_gone);
+  ~ShmHub();
+  ShmHub(const ShmHub&) = delete;
+  ShmHub& operator=(const ShmHub&) = delete;
+
+  // Set-up, for a pair (this rank, peer): the lower rank creates the file and
+  // passes its name (at most kNameBytes) to the peer, which opens it; once the
+  // peer has answered, the creator unlinks it.
+  static constexpr size_t kNameBytes = 96;
+  Status create_channel(int world_peer, std::string* name);
+  Status open_channel(int world_peer, const std::string& name);
+  void unlink_name(const std::string& name);
+  void drop_channel(int world_peer);
+
+  bool has(int world_peer) const;
+  // Posts a send or receive of `bytes` at `buf` to/from `world_peer` (rank
+  // `peer` of the caller's context) in `slot`.
+  Status post(bool send, void* buf, size_t bytes, int peer, int world_peer, uint64_t slot, int tag,
+              RequestPtr* request);
+
+  // Moves what can move, then says whether `op` has completed (or failed).
+  Status test(ShmOp* op, bool* done);
+  // A request destroyed before it completed: it no longer owns its buffer.
+  void abandon(const std::shared_ptr<ShmOp>& op);
+  bool peer_gone(int world_peer) const { return peer_gone_(world_peer); }
+
+ private:
+  void progress_locked();
+  void progress_channel(ShmChannel* c);
+  ShmChannel* channel(int world_peer) const;
+
+  int world_rank_;
+  std::function<bool(int)> peer_gone_;
+  mutable std::mutex mu_;
+  std::map<int, std::unique_ptr<ShmChannel>> channels_;
+};
+
+}  // namespace transport
+}  // namespace horovodlite
