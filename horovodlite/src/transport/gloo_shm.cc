@@ -216,11 +216,7 @@ Status ShmHub::create_channel(int world_peer, std::string* name) {
   }
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
-  auto c = std::make_unique<ShmChannel>();
-  c->peer = world_peer;
-  c->attach(m, world_rank_ < world_peer);
-  std::lock_guard<std::mutex> lock(mu_);
-  channels_[world_peer] = std::move(c);
+  add_channel(world_peer, m);
   return Status::OK();
 }
 
@@ -242,12 +238,16 @@ Status ShmHub::open_channel(int world_peer, const std::string& name) {
     munmap(m, kFileBytes);
     return Status::Aborted("transport (gloo, shared memory): " + name + " has another layout");
   }
+  add_channel(world_peer, m);
+  return Status::OK();
+}
+
+void ShmHub::add_channel(int world_peer, void* mapped) {
   auto c = std::make_unique<ShmChannel>();
   c->peer = world_peer;
-  c->attach(m, world_rank_ < world_peer);
+  c->attach(mapped, world_rank_ < world_peer);
   std::lock_guard<std::mutex> lock(mu_);
   channels_[world_peer] = std::move(c);
-  return Status::OK();
 }
 
 void ShmHub::unlink_name(const std::string& name) { shm_unlink(name.c_str()); }

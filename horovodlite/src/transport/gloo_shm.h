@@ -73,6 +73,8 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
   bool peer_gone(int world_peer) const { return peer_gone_(world_peer); }
 
  private:
+  // Takes the mapped file of the pair (this rank, world_peer) as its channel.
+  void add_channel(int world_peer, void* mapped);
   void progress_locked();
   void progress_channel(ShmChannel* c);
   ShmChannel* channel(int world_peer) const;
