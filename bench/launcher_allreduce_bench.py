@@ -7,7 +7,8 @@ target: a Gloo job within 10 % of the MPI job):
 
 Rank 0 prints one line per size: the transport, the median and min over
 --repeats rounds of the mean time per call (each round --iters calls), and the
-bus bandwidth of the median (bytes/time * 2(n-1)/n).
+bus bandwidth of the median (bytes/time * 2(n-1)/n). --sizes picks the sizes
+(bytes, comma-separated); by default a round is 2 x 64 MiB of calls, at most 200.
 """
 import argparse
 import statistics
@@ -23,13 +24,14 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--iters", type=int, default=0, help="calls per round (0: by size)")
+    p.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="bytes, comma-separated")
     args = p.parse_args()
     hvd.init()
     n = hvd.size()
     kind = "gloo" if hvd.gloo_enabled() else "mpi"
-    for nbytes in SIZES:
+    for nbytes in [int(x) for x in args.sizes.split(",")]:
         x = torch.ones(nbytes // 4)
-        iters = args.iters or max(3, (64 << 20) // nbytes * 2)
+        iters = args.iters or min(200, max(3, (64 << 20) // nbytes * 2))
         for _ in range(2):
             hvd.allreduce(x, name="bench.%d" % nbytes)  # warm-up (negotiation cache, buffers)
         times = []
