@@ -133,7 +133,7 @@ namespace {
 class ShmRequest : public Request {
  public:
   ShmRequest(std::shared_ptr<ShmHub> hub, std::shared_ptr<ShmOp> op, int peer, int tag, bool send)
-      : hub_(std::move(hub)), op_(std::move(op)), peer_(peer), tag_(tag), send_(send) {}
+      : Request(peer, tag, send), hub_(std::move(hub)), op_(std::move(op)) {}
   ~ShmRequest() override {
     bool done = false;
     if (test(&done).ok() && done) return;
@@ -165,15 +165,10 @@ class ShmRequest : public Request {
     }
     return Status::OK();
   }
-  int peer() const override { return peer_; }
-  int tag() const override { return tag_; }
-  bool is_send() const override { return send_; }
 
  private:
   std::shared_ptr<ShmHub> hub_;
   std::shared_ptr<ShmOp> op_;
-  int peer_, tag_;
-  bool send_;
   bool finished_ = false;
 };
 
@@ -290,8 +285,7 @@ Status ShmHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
         e->second.pop_front();
         if (e->second.empty()) c->early.erase(e);
         if (early->data.size() != bytes) {
-          op->error = Status::InvalidArgument("transport: a send of " + std::to_string(early->data.size()) +
-                                              " bytes met a receive of " + std::to_string(bytes) + " bytes");
+          op->error = size_mismatch(early->data.size(), bytes);
           op->complete = true;
         } else if (early->complete) {
           if (bytes > 0) std::memcpy(op->buf, early->data.data(), bytes);
@@ -383,9 +377,7 @@ void ShmHub::progress_channel(ShmChannel* c) {
         r->second.pop_front();
         if (r->second.empty()) c->recvs.erase(r);
         if (c->in_op->bytes != c->in_hdr.bytes) {
-          c->in_op->error =
-              Status::InvalidArgument("transport: a send of " + std::to_string(c->in_hdr.bytes) +
-                                      " bytes met a receive of " + std::to_string(c->in_op->bytes) + " bytes");
+          c->in_op->error = size_mismatch(c->in_hdr.bytes, c->in_op->bytes);
           c->in_op->complete = true;
           c->in_op.reset();  // drop the message
         }

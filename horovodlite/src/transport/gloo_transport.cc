@@ -50,11 +50,11 @@ std::string what_of(const std::exception& e) { return e.what(); }
 class GlooRequest : public Request {
  public:
   GlooRequest(std::unique_ptr<gloo::transport::UnboundBuffer> buf, int peer, int tag, bool send, int world_peer)
-      : buf_(std::move(buf)), peer_(peer), tag_(tag), send_(send), world_peer_(world_peer) {}
+      : Request(peer, tag, send), buf_(std::move(buf)), world_peer_(world_peer) {}
   ~GlooRequest() override {
     if (done_ || !buf_) return;
     try {  // the pair may still read or write the memory: wait (Gloo's own timeout)
-      if (send_) {
+      if (is_send()) {
         buf_->waitSend();
       } else {
         buf_->waitRecv();
@@ -65,9 +65,9 @@ class GlooRequest : public Request {
   Status test(bool* done) override {
     *done = done_;
     if (done_) return Status::OK();
-    if (!Peek::ready(static_cast<TcpBuffer*>(buf_.get()), send_)) return Status::OK();
+    if (!Peek::ready(static_cast<TcpBuffer*>(buf_.get()), is_send())) return Status::OK();
     try {
-      const bool ok = send_ ? buf_->waitSend() : buf_->waitRecv();
+      const bool ok = is_send() ? buf_->waitSend() : buf_->waitRecv();
       if (!ok) return Status::Aborted("transport (gloo): " + describe() + " was aborted");
     } catch (const std::exception& e) {
       done_ = true;  // the pair is closed: nothing touches the buffer any more
@@ -90,18 +90,13 @@ class GlooRequest : public Request {
     out.max_sleep_us = std::min(b.max_sleep_us, 50);
     return out;
   }
-  int peer() const override { return peer_; }
-  int tag() const override { return tag_; }
-  bool is_send() const override { return send_; }
 
  private:
   std::string describe() const {
-    return std::string(send_ ? "send to" : "receive from") + " rank " + std::to_string(world_peer_) + " (tag " +
-           std::to_string(tag_) + ")";
+    return std::string(is_send() ? "send to" : "receive from") + " rank " + std::to_string(world_peer_) + " (tag " +
+           std::to_string(tag()) + ")";
   }
   std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
-  int peer_, tag_;
-  bool send_;
   int world_peer_;
   bool done_ = false;
 };

@@ -40,10 +40,8 @@ struct InProcWorldState {
   // Matches a send with a receive: copies and completes both.
   static void match(const Posted& send, const Posted& recv) {
     if (send.bytes != recv.bytes) {
-      const std::string m = "transport: a send of " + std::to_string(send.bytes) + " bytes met a receive of " +
-                            std::to_string(recv.bytes) + " bytes";
-      send.completion->error = Status::InvalidArgument(m);
-      recv.completion->error = Status::InvalidArgument(m);
+      send.completion->error = size_mismatch(send.bytes, recv.bytes);
+      recv.completion->error = send.completion->error;
     } else if (send.bytes > 0) {
       std::memcpy(recv.buf, send.buf, send.bytes);
     }
@@ -57,7 +55,7 @@ namespace {
 class InProcRequest : public Request {
  public:
   InProcRequest(std::shared_ptr<Completion> c, int peer, int tag, bool send)
-      : completion_(std::move(c)), peer_(peer), tag_(tag), send_(send) {}
+      : Request(peer, tag, send), completion_(std::move(c)) {}
   ~InProcRequest() override {
     // The peer may still copy from or into the buffer: wait (tests only).
     while (!completion_->done.load(std::memory_order_acquire)) {
@@ -69,14 +67,9 @@ class InProcRequest : public Request {
     if (*done && !completion_->error.ok()) return completion_->error;
     return Status::OK();
   }
-  int peer() const override { return peer_; }
-  int tag() const override { return tag_; }
-  bool is_send() const override { return send_; }
 
  private:
   std::shared_ptr<Completion> completion_;
-  int peer_, tag_;
-  bool send_;
 };
 
 class InProcContext : public Context {

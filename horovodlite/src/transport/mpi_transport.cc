@@ -38,7 +38,7 @@ std::vector<int> world_ranks_of(MPI_Comm c) {
 
 class MpiRequest : public Request {
  public:
-  MpiRequest(int peer, int tag, bool send) : peer_(peer), tag_(tag), send_(send) {}
+  MpiRequest(int peer, int tag, bool send) : Request(peer, tag, send) {}
   ~MpiRequest() override {
     if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
@@ -47,21 +47,14 @@ class MpiRequest : public Request {
     if (request_ != MPI_REQUEST_NULL) {
       const int rc = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) {
-        return mpi_status(rc, send_ ? ("MPI_Test (send to rank " + std::to_string(peer_) + ")").c_str()
-                                    : ("MPI_Test (receive from rank " + std::to_string(peer_) + ")").c_str());
+        return mpi_status(rc, is_send() ? ("MPI_Test (send to rank " + std::to_string(peer()) + ")").c_str()
+                                        : ("MPI_Test (receive from rank " + std::to_string(peer()) + ")").c_str());
       }
     }
     *done = flag != 0;
     return Status::OK();
   }
-  int peer() const override { return peer_; }
-  int tag() const override { return tag_; }
-  bool is_send() const override { return send_; }
   MPI_Request request_ = MPI_REQUEST_NULL;
-
- private:
-  int peer_, tag_;
-  bool send_;
 };
 
 Status check_args(size_t bytes, int peer, int size, int tag) {

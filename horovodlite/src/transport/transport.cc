@@ -68,6 +68,11 @@ Status Request::wait(std::chrono::milliseconds timeout, const Backoff& backoff) 
                          std::to_string(timeout.count()) + " ms");
 }
 
+Status size_mismatch(size_t sent, size_t received) {
+  return Status::InvalidArgument("transport: a send of " + std::to_string(sent) + " bytes met a receive of " +
+                                 std::to_string(received) + " bytes");
+}
+
 Status wait_all(std::vector<RequestPtr>* requests, std::chrono::milliseconds timeout, const Backoff& backoff) {
   // (No deadline for kNoTimeout: now + milliseconds::max() overflows.)
   const auto deadline =

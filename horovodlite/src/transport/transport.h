@@ -65,9 +65,16 @@ class Request {
   // messages complete on a thread of its own (Gloo's TCP loop) polls longer
   // before it sleeps, or every message would wait out a sleep's wake-up.
   virtual Backoff tune(const Backoff& backoff) const { return backoff; }
-  virtual int peer() const = 0;  // in the context's ranks
-  virtual int tag() const = 0;
-  virtual bool is_send() const = 0;
+  int peer() const { return peer_; }  // in the context's ranks
+  int tag() const { return tag_; }
+  bool is_send() const { return send_; }
+
+ protected:
+  Request(int peer, int tag, bool send) : peer_(peer), tag_(tag), send_(send) {}
+
+ private:
+  int peer_, tag_;
+  bool send_;
 };
 using RequestPtr = std::unique_ptr<Request>;
 
@@ -157,6 +164,9 @@ Status wait_all(std::vector<RequestPtr>* requests, std::chrono::milliseconds tim
 // Waits until one of `n` requests completes: *which is its index. Null
 // entries are skipped; fails if all are null.
 Status wait_any(Request* const* requests, int n, int* which, std::chrono::milliseconds timeout = kNoTimeout);
+
+// The error of a send matched with a receive of another size (both fail with it).
+Status size_mismatch(size_t sent, size_t received);
 
 // The sub-topology of `ranks` (ranks of `parent`, in order).
 Topology sub_topology(const Topology& parent, const std::vector<int>& ranks);
