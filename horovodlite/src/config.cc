@@ -165,7 +165,13 @@ Status read_transport(Config* c) {
   read_string("GLOO_RENDEZVOUS_ADDR", &g.rendezvous_addr);
   read_string("GLOO_IFACE", &g.iface);
   read_string("GLOO_SCOPE", &g.scope);
-  HVL_RETURN_IF_ERROR(read_bool("GLOO_SHM", &g.shared_memory));
+  std::string shm_var;
+  const char* shm = lookup("GLOO_SHM", &shm_var);
+  if (shm != nullptr && std::string(shm) == "copy") {
+    g.shm_single_copy = false;  // shared memory, every message through the rings
+  } else {
+    HVL_RETURN_IF_ERROR(read_bool("GLOO_SHM", &g.shared_memory));
+  }
   if (g.scope.empty()) g.scope = "global";
   const char* why = controller_set || cpu_ops_set ? "HOROVOD_CONTROLLER/HOROVOD_CPU_OPERATIONS=gloo"
                                                   : "HOROVOD_GLOO_RENDEZVOUS_ADDR set outside mpirun";

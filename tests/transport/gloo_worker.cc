@@ -3,8 +3,8 @@
 // connects through the HTTP rendezvous store, then checks the ring allreduce
 // (plain and fp16 wire), the transport collectives and process-set
 // sub-contexts against values every rank can compute. Exits 0 when all agree.
-// All ranks share a host: with HOROVODLITE_GLOO_SHM unset or 1 every pair goes
-// through shared memory (checked), with 0 over TCP. `gloo_worker kill`: after
+// All ranks share a host: with HOROVODLITE_GLOO_SHM unset, 1 or copy every pair
+// goes through shared memory (checked), with 0 over TCP. `gloo_worker kill`: after
 // the suite the last rank kills itself (SIGKILL) while rank 0 waits for a
 // message from it; rank 0 must see the wait fail naming it, not hang.
 #include <signal.h>
@@ -110,10 +110,13 @@ int kill_last_rank(tp::Context& world) {
     kill(getpid(), SIGKILL);
   }
   if (r == 0) {
-    // Through shared memory the ring holds a third of the message when the
-    // peer dies (it moves data only while it tests its request): the wait
-    // fails. Over TCP the whole message may be in the socket by then: it
-    // completes, and a receive that nothing will match fails instead.
+    // Through the shared-memory rings (HOROVODLITE_GLOO_SHM=copy) the ring
+    // holds a third of the message when the peer dies (it moves data only
+    // while it tests its request): the wait fails. With single copy (the
+    // default) rank 0 reads the message from the peer's memory while it
+    // lives, or fails if it is gone; over TCP the whole message may be in the
+    // socket by then. Where it completes, a receive that nothing will match
+    // fails instead.
     for (int tag : {11, 12}) {
       tp::RequestPtr q;
       int dummy = 0;

@@ -22,9 +22,13 @@ using horovodlite::ReduceOp;
 using horovodlite::Status;
 namespace tp = horovodlite::transport;
 
-// Ranks as threads; all name one host, so with `shared_memory` their
-// messages go through the same-host rings (gloo_shm.h), otherwise over TCP.
-void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn, bool shared_memory = true) {
+// How the ranks (threads, all naming one host) talk: shared memory with large
+// messages read from the sender's memory, shared memory through the rings
+// only (HOROVODLITE_GLOO_SHM=copy), or TCP (gloo_shm.h).
+enum class Path { kShm, kShmCopy, kTcp };
+
+void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn, Path path = Path::kShm) {
+  const bool shared_memory = path != Path::kTcp;
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
@@ -35,6 +39,7 @@ void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn, bool 
       options.hostname = "localhost";
       options.timeout = std::chrono::seconds(20);
       options.shared_memory = shared_memory;
+      options.single_copy = path == Path::kShm;
       tp::ContextPtr ctx;
       const Status s = tp::connect_gloo(options, store, &ctx);
       ASSERT_TRUE(s.ok()) << s.message();
@@ -46,9 +51,13 @@ void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn, bool 
   for (std::thread& t : threads) t.join();
 }
 
-class GlooBothPaths : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(GlooTransport, GlooBothPaths, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Shm" : "Tcp"; });
+std::string path_name(const ::testing::TestParamInfo<Path>& p) {
+  return p.param == Path::kShm ? "Shm" : p.param == Path::kShmCopy ? "ShmCopy" : "Tcp";
+}
+
+class GlooBothPaths : public ::testing::TestWithParam<Path> {};
+INSTANTIATE_TEST_SUITE_P(GlooTransport, GlooBothPaths, ::testing::Values(Path::kShm, Path::kShmCopy, Path::kTcp),
+                         path_name);
 
 TEST_P(GlooBothPaths, RingRecursiveDoublingAndCollectives) {
   for (int size = 1; size <= 3; ++size) {
@@ -133,62 +142,91 @@ TEST_P(GlooBothPaths, SplitOverASubsetAndDup) {
 // (kept, then taken by the receive in posting order), receives posted in
 // another tag order than the sends, messages larger than a ring sent both
 // ways before either side receives (no deadlock: a test moves every
-// channel), empty messages, and a length mismatch failing the receive.
-TEST(GlooTransport, SharedMemoryMatchingAndLargeMessages) {
-  run_gloo_ranks(3, [&](tp::Context& ctx) {
-    const int right = (ctx.rank() + 1) % 3, left = (ctx.rank() + 2) % 3;
-    std::vector<tp::RequestPtr> sends;
-    int a = 100 + ctx.rank(), b = 200 + ctx.rank(), c = 300 + ctx.rank();
-    sends.emplace_back();
-    ASSERT_TRUE(ctx.isend(&a, 4, right, 1, &sends.back()).ok());
-    sends.emplace_back();
-    ASSERT_TRUE(ctx.isend(&b, 4, right, 2, &sends.back()).ok());
-    sends.emplace_back();
-    ASSERT_TRUE(ctx.isend(&c, 4, right, 1, &sends.back()).ok());
-    sends.emplace_back();
-    ASSERT_TRUE(ctx.isend(nullptr, 0, right, 3, &sends.back()).ok());
-    const size_t big = tp::kShmRingBytes * 2 + 12345;  // more than a ring, not a multiple of anything
-    std::vector<uint8_t> out(big), in(big, 0);
-    for (size_t i = 0; i < big; ++i) out[i] = static_cast<uint8_t>(i * 7 + ctx.rank());
-    sends.emplace_back();
-    ASSERT_TRUE(ctx.isend(out.data(), big, right, 4, &sends.back()).ok());
-    ASSERT_TRUE(ctx.barrier().ok());  // the small ones have arrived before any receive
-    int x2 = 0, x1 = 0, y1 = 0;
-    tp::RequestPtr r2, r1, r1b, r3, r4;
-    ASSERT_TRUE(ctx.irecv(&x2, 4, left, 2, &r2).ok());
-    ASSERT_TRUE(ctx.irecv(&x1, 4, left, 1, &r1).ok());
-    ASSERT_TRUE(ctx.irecv(&y1, 4, left, 1, &r1b).ok());
-    ASSERT_TRUE(ctx.irecv(nullptr, 0, left, 3, &r3).ok());
-    ASSERT_TRUE(ctx.irecv(in.data(), big, left, 4, &r4).ok());
-    for (tp::RequestPtr* r : {&r2, &r1, &r1b, &r3, &r4}) ASSERT_TRUE((*r)->wait(std::chrono::seconds(20)).ok());
-    ASSERT_TRUE(tp::wait_all(&sends, std::chrono::seconds(20)).ok());
-    EXPECT_EQ(x2, 200 + left);
-    EXPECT_EQ(x1, 100 + left);
-    EXPECT_EQ(y1, 300 + left);
-    for (size_t i = 0; i < big; ++i) ASSERT_EQ(in[i], static_cast<uint8_t>(i * 7 + left)) << i;
-    // A receive posted for 4 bytes meets a send of 8: the receive fails naming the lengths.
-    int64_t eight = 8;
-    int four = 0;
-    tp::RequestPtr s8, r4b;
-    ASSERT_TRUE(ctx.isend(&eight, 8, right, 5, &s8).ok());
-    ASSERT_TRUE(ctx.irecv(&four, 4, left, 5, &r4b).ok());
-    const Status w = r4b->wait(std::chrono::seconds(20));
-    EXPECT_EQ(w.code(), horovodlite::StatusCode::kInvalidArgument) << w.message();
-    EXPECT_NE(w.message().find("8 bytes"), std::string::npos) << w.message();
-    EXPECT_TRUE(s8->wait(std::chrono::seconds(20)).ok());
-    EXPECT_TRUE(ctx.barrier().ok());
-    // Every rank waits for its send of more than a ring with no receive
-    // posted anywhere: only taking the message out of the full ring lets
-    // the sends finish.
-    tp::RequestPtr sb, rb;
-    ASSERT_TRUE(ctx.isend(out.data(), big, right, 6, &sb).ok());
-    ASSERT_TRUE(sb->wait(std::chrono::seconds(20)).ok());
-    std::fill(in.begin(), in.end(), 0);
-    ASSERT_TRUE(ctx.irecv(in.data(), big, left, 6, &rb).ok());
-    ASSERT_TRUE(rb->wait(std::chrono::seconds(20)).ok());
-    for (size_t i = 0; i < big; ++i) ASSERT_EQ(in[i], static_cast<uint8_t>(i * 7 + left)) << i;
-    EXPECT_TRUE(ctx.barrier().ok());
-  });
+// channel), empty messages, and a length mismatch failing the receive; with
+// and without single copy.
+class GlooSharedMemory : public ::testing::TestWithParam<Path> {};
+INSTANTIATE_TEST_SUITE_P(GlooTransport, GlooSharedMemory, ::testing::Values(Path::kShm, Path::kShmCopy), path_name);
+
+TEST_P(GlooSharedMemory, MatchingAndLargeMessages) {
+  const bool single_copy = GetParam() == Path::kShm;
+  run_gloo_ranks(
+      3,
+      [&](tp::Context& ctx) {
+        const int right = (ctx.rank() + 1) % 3, left = (ctx.rank() + 2) % 3;
+        std::vector<tp::RequestPtr> sends;
+        int a = 100 + ctx.rank(), b = 200 + ctx.rank(), c = 300 + ctx.rank();
+        sends.emplace_back();
+        ASSERT_TRUE(ctx.isend(&a, 4, right, 1, &sends.back()).ok());
+        sends.emplace_back();
+        ASSERT_TRUE(ctx.isend(&b, 4, right, 2, &sends.back()).ok());
+        sends.emplace_back();
+        ASSERT_TRUE(ctx.isend(&c, 4, right, 1, &sends.back()).ok());
+        sends.emplace_back();
+        ASSERT_TRUE(ctx.isend(nullptr, 0, right, 3, &sends.back()).ok());
+        const size_t big = tp::kShmRingBytes * 2 + 12345;  // more than a ring, not a multiple of anything
+        std::vector<uint8_t> out(big), in(big, 0);
+        for (size_t i = 0; i < big; ++i) out[i] = static_cast<uint8_t>(i * 7 + ctx.rank());
+        sends.emplace_back();
+        ASSERT_TRUE(ctx.isend(out.data(), big, right, 4, &sends.back()).ok());
+        ASSERT_TRUE(ctx.barrier().ok());  // the small ones have arrived before any receive
+        int x2 = 0, x1 = 0, y1 = 0;
+        tp::RequestPtr r2, r1, r1b, r3, r4;
+        ASSERT_TRUE(ctx.irecv(&x2, 4, left, 2, &r2).ok());
+        ASSERT_TRUE(ctx.irecv(&x1, 4, left, 1, &r1).ok());
+        ASSERT_TRUE(ctx.irecv(&y1, 4, left, 1, &r1b).ok());
+        ASSERT_TRUE(ctx.irecv(nullptr, 0, left, 3, &r3).ok());
+        ASSERT_TRUE(ctx.irecv(in.data(), big, left, 4, &r4).ok());
+        for (tp::RequestPtr* r : {&r2, &r1, &r1b, &r3, &r4}) ASSERT_TRUE((*r)->wait(std::chrono::seconds(20)).ok());
+        ASSERT_TRUE(tp::wait_all(&sends, std::chrono::seconds(20)).ok());
+        EXPECT_EQ(x2, 200 + left);
+        EXPECT_EQ(x1, 100 + left);
+        EXPECT_EQ(y1, 300 + left);
+        for (size_t i = 0; i < big; ++i) ASSERT_EQ(in[i], static_cast<uint8_t>(i * 7 + left)) << i;
+        // A receive posted for 4 bytes meets a send of 8: the receive fails naming the lengths.
+        int64_t eight = 8;
+        int four = 0;
+        tp::RequestPtr s8, r4b;
+        ASSERT_TRUE(ctx.isend(&eight, 8, right, 5, &s8).ok());
+        ASSERT_TRUE(ctx.irecv(&four, 4, left, 5, &r4b).ok());
+        const Status w = r4b->wait(std::chrono::seconds(20));
+        EXPECT_EQ(w.code(), horovodlite::StatusCode::kInvalidArgument) << w.message();
+        EXPECT_NE(w.message().find("8 bytes"), std::string::npos) << w.message();
+        EXPECT_TRUE(s8->wait(std::chrono::seconds(20)).ok());
+        // The same for a large message (a descriptor with single copy): the
+        // receive fails, the send completes.
+        tp::RequestPtr sl, rl;
+        ASSERT_TRUE(ctx.isend(out.data(), big, right, 7, &sl).ok());
+        ASSERT_TRUE(ctx.irecv(in.data(), big - 1, left, 7, &rl).ok());
+        const Status wl = rl->wait(std::chrono::seconds(20));
+        EXPECT_EQ(wl.code(), horovodlite::StatusCode::kInvalidArgument) << wl.message();
+        EXPECT_NE(wl.message().find(std::to_string(big) + " bytes"), std::string::npos) << wl.message();
+        EXPECT_TRUE(sl->wait(std::chrono::seconds(20)).ok());
+        EXPECT_TRUE(ctx.barrier().ok());
+        tp::RequestPtr sb, rb;
+        std::fill(in.begin(), in.end(), 0);
+        ASSERT_TRUE(ctx.isend(out.data(), big, right, 6, &sb).ok());
+        if (single_copy) {
+          // A large send goes by descriptor and completes only once its receive
+          // has read it (a rendezvous, as over MPI or TCP): not before.
+          ASSERT_TRUE(ctx.barrier().ok());  // the descriptors have arrived
+          bool done = true;
+          ASSERT_TRUE(sb->test(&done).ok());
+          EXPECT_FALSE(done);
+          ASSERT_TRUE(ctx.barrier().ok());  // no rank posts its receive before every rank has looked
+          ASSERT_TRUE(ctx.irecv(in.data(), big, left, 6, &rb).ok());
+          ASSERT_TRUE(sb->wait(std::chrono::seconds(20)).ok());
+        } else {
+          // Every rank waits for its send of more than a ring with no receive
+          // posted anywhere: only taking the message out of the full ring lets
+          // the sends finish.
+          ASSERT_TRUE(sb->wait(std::chrono::seconds(20)).ok());
+          ASSERT_TRUE(ctx.irecv(in.data(), big, left, 6, &rb).ok());
+        }
+        ASSERT_TRUE(rb->wait(std::chrono::seconds(20)).ok());
+        for (size_t i = 0; i < big; ++i) ASSERT_EQ(in[i], static_cast<uint8_t>(i * 7 + left)) << i;
+        EXPECT_TRUE(ctx.barrier().ok());
+      },
+      GetParam());
 }
 
 TEST(GlooTransport, AWaitForAPeerThatNeverSendsNamesIt) {

@@ -38,6 +38,7 @@ class Env {
                                            "HOROVOD_GLOO_TIMEOUT_SECONDS",
                                            "HOROVOD_HOSTNAME",
                                            "HOROVOD_GLOO_IFACE",
+                                           "HOROVODLITE_GLOO_SHM",
                                            "OMPI_COMM_WORLD_RANK",
                                            "PMI_RANK",
                                            "PMIX_RANK"};
@@ -98,6 +99,27 @@ TEST(TransportConfig, MpiByDefaultAndGlooWhenAskedOrLaunchedWithoutMpirun) {
     Config c;
     ASSERT_TRUE(Config::from_env(&c).ok());
     EXPECT_EQ(c.transport, Config::Transport::kMpi);
+  }
+}
+
+// HOROVODLITE_GLOO_SHM: on (single copy for large messages) by default, "copy"
+// (the rings only), 0 (TCP); anything else an error naming the variable.
+TEST(TransportConfig, SharedMemoryModes) {
+  for (const char* value : {"", "1", "copy", "0", "sometimes"}) {
+    Env env;
+    set_job(env);
+    if (*value != '\0') env.set("HOROVODLITE_GLOO_SHM", value);
+    Config c;
+    const Status s = Config::from_env(&c);
+    const std::string v = value;
+    if (v == "sometimes") {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(s.message().find("HOROVODLITE_GLOO_SHM"), std::string::npos) << s.message();
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(c.gloo.shared_memory, v != "0") << v;
+    EXPECT_EQ(c.gloo.shm_single_copy, v != "copy") << v;
   }
 }
 

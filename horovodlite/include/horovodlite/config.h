@@ -134,8 +134,11 @@ struct Config {
     std::string iface;
     double timeout_s = 30.0;
     std::string scope = "global";
-    // GLOO_SHM (default 1): same-host ranks talk through shared memory, not TCP.
+    // GLOO_SHM (default 1): same-host ranks talk through shared memory, not TCP;
+    // large messages are read straight from the sender's memory where the
+    // kernel allows it. "copy": shared memory, every message through the rings.
     bool shared_memory = true;
+    bool shm_single_copy = true;
   } gloo;
 
   static Status from_env(Config* out);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +17,9 @@ namespace transport {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x68766c73686d3031ull;  // "hvlshm01"
+constexpr uint64_t kMagic = 0x68766c73686d3032ull;  // "hvlshm02"
+// What a peer reads to show that it can read this process's memory.
+const uint64_t kProbeWord = kMagic;
 
 // One direction: the producer owns `head` (bytes written so far), the consumer
 // `tail` (bytes consumed); each on its own cache line.
@@ -28,20 +31,59 @@ struct alignas(64) RingCtl {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory rings need lock-free 64-bit atomics");
 
+// What one side publishes for single copy (zero until it has mapped the file).
+struct alignas(64) SideInfo {
+  std::atomic<int64_t> pid;
+  std::atomic<uint64_t> probe;      // the address of kProbeWord in that process
+  std::atomic<int32_t> reads_peer;  // 1: that side can read the other's memory; -1: it cannot
+};
+
+// "Taken" marks of single-copy sends, per sending side: the receiver of send
+// `id` stores (id + 1) << 8 | errno of its read (0: read) at [id % kTakenSlots].
+// A sender keeps fewer than kTakenSlots sends by descriptor outstanding.
+constexpr uint64_t kTakenSlots = 1024;
+
 struct FileHeader {
   uint64_t magic;
   uint64_t capacity;
-  RingCtl ring[2];  // [0]: lower rank -> higher rank, [1]: the other way
+  RingCtl ring[2];                              // [0]: lower rank -> higher rank, [1]: the other way
+  SideInfo side[2];                             // [0]: the lower rank's
+  std::atomic<uint64_t> taken[2][kTakenSlots];  // [0]: the lower rank's sends
 };
 constexpr size_t kDataOffset = (sizeof(FileHeader) + 4095) / 4096 * 4096;
 constexpr size_t kFileBytes = kDataOffset + 2 * kShmRingBytes;
 
+// kBytes: the message's bytes follow. The others carry none: kRemote, a
+// message whose bytes stay at `addr` in the sender (it learns that they were
+// read from its "taken" mark, not from a message: the reader need not come
+// back to the rings); kMoved, send `id`'s bytes are now at `addr` (its
+// request went away).
+enum MsgKind : uint64_t { kBytes = 0, kRemote = 1, kMoved = 2 };
+
 struct MsgHeader {
   uint64_t slot;
   uint64_t bytes;
+  uint64_t kind = kBytes;
+  uint64_t id = 0;  // a single-copy send's number on its channel
+  uint64_t addr = 0;
 };
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// Reads n bytes at `addr` in process `pid` into `dst`; 0 or an errno.
+int read_remote(pid_t pid, uint64_t addr, void* dst, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    iovec local{static_cast<uint8_t*>(dst) + done, n - done};
+    iovec remote{reinterpret_cast<void*>(addr + done), n - done};
+    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return errno;
+    if (got == 0) return EFAULT;
+    done += static_cast<size_t>(got);
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -55,6 +97,8 @@ struct ShmOp {
   size_t bytes = 0;
   size_t moved = 0;         // bytes written (send) so far
   bool header_out = false;  // send: its header is in the ring
+  bool remote = false;      // send: by descriptor (single copy), complete when taken
+  uint64_t id = 0;          // its number on the channel
   bool complete = false;
   Status error;
   std::vector<uint8_t> owned;  // a send whose request went away: its own copy
@@ -69,6 +113,8 @@ struct ShmEarly {
   std::vector<uint8_t> data;
   bool complete = false;
   std::shared_ptr<ShmOp> claimed;  // the receive that took it while it was still arriving
+  bool remote = false;             // a descriptor: the bytes are in the sender
+  MsgHeader desc{0, 0};
 };
 
 struct ShmChannel {
@@ -80,7 +126,15 @@ struct ShmChannel {
   uint8_t* in_data = nullptr;
   uint64_t out_head = 0;  // this side's copy of what it owns
   uint64_t in_tail = 0;
+  SideInfo* mine = nullptr;
+  SideInfo* theirs = nullptr;
+  pid_t peer_pid = 0;
+  std::atomic<uint64_t>* my_taken = nullptr;    // the peer marks this side's sends
+  std::atomic<uint64_t>* peer_taken = nullptr;  // this side marks the peer's
+  uint64_t next_id = 0;
   std::deque<std::shared_ptr<ShmOp>> sends;                         // in posting order
+  std::map<uint64_t, std::shared_ptr<ShmOp>> remote_sends;          // descriptors out, by id, until taken
+  std::deque<MsgHeader> moved;                                      // kMoved waiting for ring space
   std::map<uint64_t, std::deque<std::shared_ptr<ShmOp>>> recvs;     // posted, per slot
   std::map<uint64_t, std::deque<std::shared_ptr<ShmEarly>>> early;  // arrived first, per slot
   // The message being received: into `in_op`'s buffer, `in_early`'s, or dropped.
@@ -103,6 +157,18 @@ struct ShmChannel {
     in_data = data + (lower ? kShmRingBytes : 0);
     out_head = out->head.load(std::memory_order_relaxed);
     in_tail = in->tail.load(std::memory_order_relaxed);
+    mine = &h->side[lower ? 0 : 1];
+    theirs = &h->side[lower ? 1 : 0];
+    my_taken = h->taken[lower ? 0 : 1];
+    peer_taken = h->taken[lower ? 1 : 0];
+    mine->probe.store(reinterpret_cast<uint64_t>(&kProbeWord), std::memory_order_relaxed);
+    mine->pid.store(getpid(), std::memory_order_release);
+  }
+  // Whether the next send may go by descriptor: the peer reads this process's
+  // memory, and the id's "taken" mark is not still in use.
+  bool can_send_remote() const {
+    return theirs->reads_peer.load(std::memory_order_acquire) == 1 &&
+           (remote_sends.empty() || remote_sends.begin()->first + kTakenSlots > next_id);
   }
   size_t space() const { return kShmRingBytes - (out_head - out->tail.load(std::memory_order_acquire)); }
   size_t available() const { return in->head.load(std::memory_order_acquire) - in_tail; }
@@ -115,18 +181,77 @@ struct ShmChannel {
     out_head += n;
     out->head.store(out_head, std::memory_order_release);
   }
+  // Copies n bytes (n <= available()) out of the ring without consuming them.
+  void peek(void* dst, size_t n) const {
+    const size_t at = in_tail % kShmRingBytes;
+    const size_t first = std::min(n, kShmRingBytes - at);
+    std::memcpy(dst, in_data + at, first);
+    if (n > first) std::memcpy(static_cast<uint8_t*>(dst) + first, in_data, n - first);
+  }
   // Copies n bytes (n <= available()) out of the ring (dst null: drops them).
   void read(void* dst, size_t n) {
-    if (dst != nullptr) {
-      const size_t at = in_tail % kShmRingBytes;
-      const size_t first = std::min(n, kShmRingBytes - at);
-      std::memcpy(dst, in_data + at, first);
-      if (n > first) std::memcpy(static_cast<uint8_t*>(dst) + first, in_data, n - first);
-    }
+    if (dst != nullptr) peek(dst, n);
     in_tail += n;
     in->tail.store(in_tail, std::memory_order_release);
   }
+  // A descriptor met its receive: reads the bytes into it and answers "taken".
+  void take(ShmOp* op, const MsgHeader& desc) {
+    int err = 0;
+    if (desc.bytes != op->bytes) {
+      op->error = size_mismatch(desc.bytes, op->bytes);
+    } else if ((err = read_remote(peer_pid, desc.addr, op->buf, op->bytes)) != 0) {
+      op->error = Status::Aborted("transport (gloo, shared memory): " + op->describe() + " failed: reading its " +
+                                  std::to_string(op->bytes) + " bytes from the peer's memory: " + std::strerror(err));
+    }
+    op->complete = true;
+    peer_taken[desc.id % kTakenSlots].store((desc.id + 1) << 8 | static_cast<uint64_t>(std::min(err, 255)),
+                                            std::memory_order_release);
+  }
+  // Completes the sends by descriptor that the peer has taken.
+  void check_taken() {
+    for (auto it = remote_sends.begin(); it != remote_sends.end();) {
+      const uint64_t mark = my_taken[it->first % kTakenSlots].load(std::memory_order_acquire);
+      if (mark >> 8 != it->first + 1) {
+        ++it;
+        continue;
+      }
+      ShmOp* op = it->second.get();
+      if ((mark & 0xff) != 0) {
+        op->error = Status::Aborted("transport (gloo, shared memory): " + op->describe() +
+                                    " failed: the peer could not read it from this process's memory: " +
+                                    std::strerror(static_cast<int>(mark & 0xff)));
+      }
+      op->complete = true;
+      it = remote_sends.erase(it);
+    }
+  }
+  // A message without bytes (kRemote, kMoved) arrived.
+  void control_message(const MsgHeader& h);
 };
+
+void ShmChannel::control_message(const MsgHeader& h) {
+  if (h.kind == kRemote) {
+    auto r = recvs.find(h.slot);
+    if (r == recvs.end()) {
+      auto early_msg = std::make_shared<ShmEarly>();
+      early_msg->remote = true;
+      early_msg->desc = h;
+      early_msg->complete = true;
+      early[h.slot].push_back(std::move(early_msg));
+      return;
+    }
+    std::shared_ptr<ShmOp> op = r->second.front();
+    r->second.pop_front();
+    if (r->second.empty()) recvs.erase(r);
+    take(op.get(), h);
+  } else if (h.kind == kMoved) {
+    for (auto& kv : early) {
+      for (auto& e : kv.second) {
+        if (e->remote && e->desc.id == h.id) e->desc.addr = h.addr;
+      }
+    }
+  }
+}
 
 namespace {
 
@@ -174,8 +299,8 @@ class ShmRequest : public Request {
 
 }  // namespace
 
-ShmHub::ShmHub(int world_rank, std::function<bool(int)> peer_gone)
-    : world_rank_(world_rank), peer_gone_(std::move(peer_gone)) {}
+ShmHub::ShmHub(int world_rank, bool single_copy, std::function<bool(int)> peer_gone)
+    : world_rank_(world_rank), single_copy_(single_copy), peer_gone_(std::move(peer_gone)) {}
 
 ShmHub::~ShmHub() = default;
 
@@ -245,6 +370,18 @@ void ShmHub::add_channel(int world_peer, void* mapped) {
   channels_[world_peer] = std::move(c);
 }
 
+void ShmHub::probe_single_copy(int world_peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ShmChannel* c = channel(world_peer);
+  if (c == nullptr) return;
+  c->peer_pid = static_cast<pid_t>(c->theirs->pid.load(std::memory_order_acquire));
+  const uint64_t at = c->theirs->probe.load(std::memory_order_relaxed);
+  uint64_t word = 0;
+  const bool ok = single_copy_ && c->peer_pid > 0 && at != 0 &&
+                  read_remote(c->peer_pid, at, &word, sizeof(word)) == 0 && word == kProbeWord;
+  c->mine->reads_peer.store(ok ? 1 : -1, std::memory_order_release);
+}
+
 void ShmHub::unlink_name(const std::string& name) { shm_unlink(name.c_str()); }
 
 void ShmHub::drop_channel(int world_peer) {
@@ -279,12 +416,15 @@ Status ShmHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
     if (send) {
       c->sends.push_back(op);
     } else {
+      progress_channel(c);  // what arrived first, a descriptor's new address included
       auto e = c->early.find(slot);
       if (e != c->early.end() && !e->second.empty()) {
         std::shared_ptr<ShmEarly> early = e->second.front();
         e->second.pop_front();
         if (e->second.empty()) c->early.erase(e);
-        if (early->data.size() != bytes) {
+        if (early->remote) {
+          c->take(op.get(), early->desc);
+        } else if (early->data.size() != bytes) {
           op->error = size_mismatch(early->data.size(), bytes);
           op->complete = true;
         } else if (early->complete) {
@@ -316,6 +456,13 @@ void ShmHub::abandon(const std::shared_ptr<ShmOp>& op) {
   ShmChannel* c = channel(op->peer);
   if (c == nullptr) return;
   if (op->send) {
+    if (op->remote && op->header_out) {  // the peer has its address: it gets a copy's
+      op->owned.assign(op->buf, op->buf + op->bytes);
+      op->buf = op->owned.data();
+      c->moved.push_back(MsgHeader{op->slot, op->bytes, kMoved, op->id, reinterpret_cast<uint64_t>(op->buf)});
+      progress_channel(c);
+      return;
+    }
     auto it = std::find(c->sends.begin(), c->sends.end(), op);
     if (it == c->sends.end()) return;
     if (!op->header_out) {
@@ -342,9 +489,28 @@ void ShmHub::progress_locked() {
 }
 
 void ShmHub::progress_channel(ShmChannel* c) {
-  // Sends, in posting order, as far as the ring has room.
+  c->check_taken();
+  while (!c->moved.empty() && c->space() >= sizeof(MsgHeader)) {
+    c->write(&c->moved.front(), sizeof(MsgHeader));
+    c->moved.pop_front();
+  }
+  // Sends, in posting order, as far as the ring has room; large ones by
+  // descriptor where they can.
   while (!c->sends.empty()) {
     ShmOp* op = c->sends.front().get();
+    if (!op->header_out && single_copy_ && op->bytes >= kShmSingleCopyBytes && c->can_send_remote()) {
+      op->remote = true;
+      op->id = c->next_id++;
+    }
+    if (op->remote) {
+      if (c->space() < sizeof(MsgHeader)) break;
+      const MsgHeader h{op->slot, op->bytes, kRemote, op->id, reinterpret_cast<uint64_t>(op->buf)};
+      c->write(&h, sizeof(h));
+      op->header_out = true;
+      c->remote_sends[op->id] = std::move(c->sends.front());
+      c->sends.pop_front();
+      continue;
+    }
     if (!op->header_out) {
       if (c->space() < sizeof(MsgHeader)) break;
       const MsgHeader h{op->slot, op->bytes};
@@ -362,12 +528,23 @@ void ShmHub::progress_channel(ShmChannel* c) {
   while (true) {
     if (!c->in_msg) {
       if (c->available() < sizeof(MsgHeader)) break;
+      MsgHeader h;
+      c->peek(&h, sizeof(h));
+      if (h.kind != kBytes) {
+        c->read(nullptr, sizeof(h));
+        c->control_message(h);
+        continue;
+      }
       // No receive posted on this channel: leave the message in the ring,
       // where its receive, posted soon (the ring allreduce's next segment),
       // takes it from without a heap copy; unless something must get past it:
-      // a receive posted for a later message (then there is one), or a sender
-      // that the full ring holds up.
-      if (c->recvs.empty() && c->available() + sizeof(MsgHeader) <= kShmRingBytes) break;
+      // a receive posted for a later message (then there is one), a message
+      // behind it (it may be an answer this rank waits for), or a sender that
+      // the full ring holds up.
+      const size_t avail = c->available();
+      if (c->recvs.empty() && avail <= sizeof(MsgHeader) + h.bytes && avail + sizeof(MsgHeader) <= kShmRingBytes) {
+        break;
+      }
       c->read(&c->in_hdr, sizeof(MsgHeader));
       c->in_msg = true;
       c->in_done = 0;

@@ -14,6 +14,17 @@
 // next receive for its slot takes (MPI's unexpected queue). Per peer,
 // messages with one slot match receives in posting order.
 //
+// Single copy (as Open MPI's shared-memory path does with CMA): a message of
+// kShmSingleCopyBytes or more, to a peer that has shown it can read this
+// process's memory (process_vm_readv of a probe word, at set-up), goes as a
+// descriptor (its address in the sender) instead of its bytes. The receive
+// that matches it reads the bytes straight into its buffer and marks the send
+// "taken" in the file (no message back: the receiver need not return to the
+// rings); the send completes then, not before (a rendezvous, as MPI's and
+// Gloo's TCP paths are for large messages). A descriptor with no receive
+// posted waits in the unexpected queue without a copy. A send whose request
+// goes away first copies its bytes and tells the peer their new address.
+//
 // Nothing moves on a thread of its own: every test() of a request moves what
 // can move on every channel of the hub (all pending sends, all arrived bytes),
 // so a rank waiting on any request also drains the rings its peers wait on.
@@ -38,6 +49,7 @@ namespace horovodlite {
 namespace transport {
 
 constexpr size_t kShmRingBytes = size_t{4} << 20;  // per direction and pair
+constexpr size_t kShmSingleCopyBytes = size_t{64} << 10;
 
 struct ShmOp;
 struct ShmEarly;
@@ -46,7 +58,8 @@ struct ShmChannel;
 class ShmHub : public std::enable_shared_from_this<ShmHub> {
  public:
   // `peer_gone(world_peer)`: whether the peer's process is known to be gone.
-  ShmHub(int world_rank, std::function<bool(int)> peer_gone);
+  // `single_copy`: large messages may go by descriptor (above).
+  ShmHub(int world_rank, bool single_copy, std::function<bool(int)> peer_gone);
   ~ShmHub();
   ShmHub(const ShmHub&) = delete;
   ShmHub& operator=(const ShmHub&) = delete;
@@ -59,6 +72,10 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
   Status open_channel(int world_peer, const std::string& name);
   void unlink_name(const std::string& name);
   void drop_channel(int world_peer);
+
+  // Whether this process can read the peer's memory (once both sides are in
+  // the file): the peer sends its large messages by descriptor once it sees yes.
+  void probe_single_copy(int world_peer);
 
   bool has(int world_peer) const;
   // Posts a send or receive of `bytes` at `buf` to/from `world_peer` (rank
@@ -80,6 +97,7 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
   ShmChannel* channel(int world_peer) const;
 
   int world_rank_;
+  bool single_copy_;
   std::function<bool(int)> peer_gone_;
   mutable std::mutex mu_;
   std::map<int, std::unique_ptr<ShmChannel>> channels_;

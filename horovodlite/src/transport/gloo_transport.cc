@@ -148,7 +148,7 @@ class GlooTransport : public Context {
   // host (gloo_shm.h). A pair whose file cannot be made (a full /dev/shm) or
   // opened on the far side (another /dev/shm: a container) stays on TCP;
   // failed messages fail the set-up.
-  Status attach_shared_memory() {
+  Status attach_shared_memory(bool single_copy) {
     std::vector<int> peers;
     for (int r = 0; r < size_; ++r) {
       if (r != rank_ && topology_.host[static_cast<size_t>(r)] == topology_.host[static_cast<size_t>(rank_)]) {
@@ -157,7 +157,7 @@ class GlooTransport : public Context {
     }
     if (peers.empty()) return Status::OK();
     auto sentinels = std::make_shared<Sentinels>();
-    auto hub = std::make_shared<ShmHub>(rank_, [sentinels](int peer) { return sentinels->gone(peer); });
+    auto hub = std::make_shared<ShmHub>(rank_, single_copy, [sentinels](int peer) { return sentinels->gone(peer); });
     std::vector<std::vector<char>> names(static_cast<size_t>(size_), std::vector<char>(ShmHub::kNameBytes, 0));
     std::vector<RequestPtr> reqs;
     Status created = Status::OK();
@@ -197,6 +197,7 @@ class GlooTransport : public Context {
         const std::vector<char>& name = names[static_cast<size_t>(p)];
         const std::string n(name.data(), strnlen(name.data(), name.size()));
         k = !n.empty() && hub->open_channel(p, n).ok() ? 1 : 0;
+        if (k) hub->probe_single_copy(p);  // the creator's side is in the file already
         HVL_RETURN_IF_ERROR(isend(&k, sizeof(k), p, kShmSetupTag, &r));
       } else {
         HVL_RETURN_IF_ERROR(irecv(&k, sizeof(k), p, kShmSetupTag, &r));
@@ -210,6 +211,7 @@ class GlooTransport : public Context {
         hub->drop_channel(p);
         continue;
       }
+      if (p > rank_) hub->probe_single_copy(p);  // the peer's side is in the file since its answer
       try {
         auto ub = gctx_->createUnboundBuffer(sentinels->bytes, sizeof(sentinels->bytes));
         ub->recv(p, kSentinelSlot, 0, sizeof(sentinels->bytes));
@@ -424,7 +426,7 @@ Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous
     for (int r = 0; r < options.size; ++r) world_ranks[static_cast<size_t>(r)] = r;
     auto world = std::make_shared<GlooTransport>(shared, gctx, options.prefix, 0, topology, world_ranks);
     if (options.shared_memory) {
-      const Status s = world->attach_shared_memory();
+      const Status s = world->attach_shared_memory(options.single_copy);
       if (!s.ok()) {
         return Status::Aborted(
             "transport (gloo): rank " + std::to_string(options.rank) +
@@ -454,6 +456,7 @@ Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(g.timeout_s * 1000));
   options.prefix = "hvl";
   options.shared_memory = g.shared_memory;
+  options.single_copy = g.shm_single_copy;
   return connect_gloo_http(options, g.rendezvous_addr, static_cast<int>(g.rendezvous_port), g.scope, out);
 }
 

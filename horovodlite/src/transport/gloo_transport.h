@@ -36,6 +36,10 @@ struct GlooOptions {
   // Ranks on one host (equal host names) exchange messages through shared
   // memory (gloo_shm.h) instead of TCP (HOROVODLITE_GLOO_SHM, default on).
   bool shared_memory = true;
+  // Messages of kShmSingleCopyBytes and more are read by the receiver straight
+  // from the sender's memory (gloo_shm.h) where the kernel allows it
+  // (HOROVODLITE_GLOO_SHM=copy: false).
+  bool single_copy = true;
   // Prefix of every key this world writes (a scope per world, e.g. "global").
   std::string prefix = "hvl";
 };
