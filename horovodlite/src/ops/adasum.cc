@@ -8,23 +8,17 @@
 // one; within a tag, MPI's non-overtaking rule matches the segments in order.
 #include "ops/adasum.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
-#include <cfloat>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
-#include <type_traits>
 
 #include "kernels/half.h"
 #include "kernels/reduce.h"
 #include "op_util.h"
+#include "ops/adasum_kernels.h"
 #include "ops/fusion.h"
 #include "ops/outputs.h"
 
@@ -39,177 +33,10 @@ constexpr int kTagGather = 3;   // allgather: the pieces of the result
 // before its dot products are computed, so it is read from cache.
 constexpr size_t kWindow = 2;
 
-// The scalars (dot products, squared norms, coefficients) are long double: on
-// x86-64 and AArch64 its exponent reaches 2^16383, so the squares of float64's
-// extremes stay normal. Float64 elements are accumulated in it too; narrower
-// dtypes in double, which holds their squares exactly enough and is faster.
-using Scalar = long double;
-using Wide64 = std::conditional_t<(LDBL_MAX_EXP >= 4 * DBL_MAX_EXP), long double, double>;
-
-// ---- element access per dtype: widen to the accumulator, round back once ----
-
-struct F32 {
-  using T = float;
-  using Acc = double;
-  static Acc load(T x) { return x; }
-  static T store(Acc v) { return static_cast<T>(v); }
-};
-struct F64 {
-  using T = double;
-  using Acc = Wide64;
-  static Acc load(T x) { return x; }
-  static T store(Acc v) { return static_cast<T>(v); }
-};
-struct F16 {
-  using T = uint16_t;
-  using Acc = double;
-  static Acc load(T x) { return kernels::detail::half_to_float_scalar(x); }
-  static T store(Acc v) { return kernels::detail::double_to_half_scalar(v); }
-};
-struct BF16 {
-  using T = uint16_t;
-  using Acc = double;
-  static Acc load(T x) { return kernels::detail::bfloat16_to_float_scalar(x); }
-  // double -> float rounding to odd, then float -> bfloat16 to nearest even:
-  // the same as one rounding of the double (no double-rounding error).
-  static T store(Acc v) {
-    float f = static_cast<float>(v);
-    if (std::isfinite(f) && static_cast<double>(f) != v) {
-      uint32_t u = kernels::detail::float_bits(f);
-      if (std::fabs(static_cast<double>(f)) > std::fabs(v)) u -= 1;  // back toward zero
-      f = kernels::detail::bits_float(u | 1u);
-    }
-    return kernels::detail::float_to_bfloat16_scalar(f);
-  }
-};
-
-// out += (x.y, x.x, y.y) over n elements; four independent accumulators per
-// quantity, so the additions do not wait on one another.
-template <typename E>
-void dots_generic(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[3]) {
-  using Acc = typename E::Acc;
-  Acc d[4] = {}, xx[4] = {}, yy[4] = {};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (int k = 0; k < 4; ++k) {
-      const Acc a = E::load(x[i + k]), b = E::load(y[i + k]);
-      d[k] += a * b;
-      xx[k] += a * a;
-      yy[k] += b * b;
-    }
-  }
-  for (; i < n; ++i) {
-    const Acc a = E::load(x[i]), b = E::load(y[i]);
-    d[0] += a * b;
-    xx[0] += a * a;
-    yy[0] += b * b;
-  }
-  out[0] += static_cast<Scalar>((d[0] + d[1]) + (d[2] + d[3]));
-  out[1] += static_cast<Scalar>((xx[0] + xx[1]) + (xx[2] + xx[3]));
-  out[2] += static_cast<Scalar>((yy[0] + yy[1]) + (yy[2] + yy[3]));
-}
-
-// out[i] = cx * x[i] + cy * y[i], computed in the accumulator's width (out may be x).
-template <typename E>
-void combine_generic(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx,
-                     Scalar cy) {
-  using Acc = typename E::Acc;
-  const Acc ax = static_cast<Acc>(cx), ay = static_cast<Acc>(cy);
-  for (int64_t i = 0; i < n; ++i) out[i] = E::store(ax * E::load(x[i]) + ay * E::load(y[i]));
-}
-
-// The kernels per dtype (float32 has an AVX2 form below).
-template <typename E>
-void dots(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[3]) {
-  dots_generic<E>(x, y, n, out);
-}
-template <typename E>
-void combine(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx, Scalar cy) {
-  combine_generic<E>(out, x, y, n, cx, cy);
-}
-
-// ---- AVX2/FMA for float32 (the common case): four doubles per instruction ----
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HVL_ADASUM_AVX2 1
-
-__attribute__((target("avx2,fma"))) double hsum(__m256d v) {
-  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-}
-
-__attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const float* y, int64_t n, Scalar out[3]) {
-  __m256d d0 = _mm256_setzero_pd(), d1 = d0, xx0 = d0, xx1 = d0, yy0 = d0, yy1 = d0;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    // Converted straight from memory (vcvtps2pd ymm, m128): no 128-bit
-    // extracts, which competed with the conversions for the same port.
-    const __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), a1 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
-    const __m256d b0 = _mm256_cvtps_pd(_mm_loadu_ps(y + i)), b1 = _mm256_cvtps_pd(_mm_loadu_ps(y + i + 4));
-    d0 = _mm256_fmadd_pd(a0, b0, d0);
-    d1 = _mm256_fmadd_pd(a1, b1, d1);
-    xx0 = _mm256_fmadd_pd(a0, a0, xx0);
-    xx1 = _mm256_fmadd_pd(a1, a1, xx1);
-    yy0 = _mm256_fmadd_pd(b0, b0, yy0);
-    yy1 = _mm256_fmadd_pd(b1, b1, yy1);
-  }
-  double d = hsum(_mm256_add_pd(d0, d1)), xx = hsum(_mm256_add_pd(xx0, xx1)), yy = hsum(_mm256_add_pd(yy0, yy1));
-  for (; i < n; ++i) {
-    const double a = x[i], b = y[i];
-    d += a * b;
-    xx += a * a;
-    yy += b * b;
-  }
-  out[0] += d;
-  out[1] += xx;
-  out[2] += yy;
-}
-
-__attribute__((target("avx2,fma"))) void combine_f32_avx2(float* out, const float* x, const float* y, int64_t n,
-                                                          double cx, double cy) {
-  const __m256d vx = _mm256_set1_pd(cx), vy = _mm256_set1_pd(cy);
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(y + i));
-    _mm_storeu_ps(out + i, _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a, _mm256_mul_pd(vy, b))));
-  }
-  for (; i < n; ++i) out[i] = static_cast<float>(cx * x[i] + cy * y[i]);
-}
-
-bool use_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-
-template <>
-void dots<F32>(const float* x, const float* y, int64_t n, Scalar out[3]) {
-  if (use_avx2()) return dots_f32_avx2(x, y, n, out);
-  dots_generic<F32>(x, y, n, out);
-}
-
-template <>
-void combine<F32>(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy) {
-  if (use_avx2()) return combine_f32_avx2(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
-  combine_generic<F32>(out, x, y, n, cx, cy);
-}
-#endif
-
-template <typename F>
-void dispatch(DataType dtype, F f) {
-  switch (dtype) {
-    case DataType::kFloat32:
-      f(F32{});
-      break;
-    case DataType::kFloat64:
-      f(F64{});
-      break;
-    case DataType::kFloat16:
-      f(F16{});
-      break;
-    default:  // kBFloat16 (run() checks the dtype first)
-      f(BF16{});
-      break;
-  }
-}
+using adasum_kernels::combine;
+using adasum_kernels::dispatch;
+using adasum_kernels::dots;
+using adasum_kernels::Scalar;
 
 // A zero vector's coefficient is 1 (its term vanishes; no 0/0).
 Scalar coefficient(Scalar dot, Scalar norm_sq) { return norm_sq > 0 ? 1 - dot / (2 * norm_sq) : Scalar(1); }
