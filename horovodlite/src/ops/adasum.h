@@ -86,7 +86,8 @@ class Adasum {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
-  std::vector<char> scratch_;  // the partner's half at each level
+  std::vector<char> scratch_;   // the partner's half at each level
+  std::vector<char> scratch2_;  // and at every other level from the second (see run())
 };
 
 // Adasum as the allreduce algorithm for responses whose op is Adasum: packs
