@@ -137,9 +137,9 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
   std::vector<MPI_Request> recvs(keeps.size(), MPI_REQUEST_NULL), sends;
   auto post_recv = [&](size_t i) {
     char* at = recv != nullptr ? recv + (keeps[i].lo - keep_lo) * elem : data + keeps[i].lo * elem;
-    return mpi_status(MPI_Irecv(at, static_cast<int>((keeps[i].hi - keeps[i].lo) * elem), MPI_BYTE, peer, tag, comm,
-                                &recvs[i]),
-                      "MPI_Irecv (Adasum)");
+    return mpi_status(
+        MPI_Irecv(at, static_cast<int>((keeps[i].hi - keeps[i].lo) * elem), MPI_BYTE, peer, tag, comm, &recvs[i]),
+        "MPI_Irecv (Adasum)");
   };
   size_t posted = 0, next_recv = 0, kept = 0;  // next_recv: the first receive not seen complete
   for (; posted < std::min(window, keeps.size()); ++posted) HVL_RETURN_IF_ERROR(post_recv(posted));
@@ -270,7 +270,8 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       // Piece by piece as the partner's values arrive.
       auto on_recv = [&](int64_t byte_off, int64_t bytes) {
         const int64_t plo = keep_lo + byte_off / elem;
-        piece_dots(src, theirs_base, keep_lo, plo, plo + bytes / elem, &partials[static_cast<size_t>(byte_off / segment)]);
+        piece_dots(src, theirs_base, keep_lo, plo, plo + bytes / elem,
+                   &partials[static_cast<size_t>(byte_off / segment)]);
       };
       HVL_RETURN_IF_ERROR(exchange(comm_, partner, kTagData, src + send_lo * elem, (send_hi - send_lo) * elem,
                                    theirs_base, (keep_hi - keep_lo) * elem, segment, kWindow, on_recv));

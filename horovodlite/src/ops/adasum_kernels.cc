@@ -75,7 +75,7 @@ __attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const flo
 }
 
 __attribute__((target("avx2,fma"), always_inline)) inline void combine4(float* out, const float* x, const float* y,
-                                                                       __m256d vx, __m256d vy) {
+                                                                        __m256d vx, __m256d vy) {
   const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x)), b = _mm256_cvtps_pd(_mm_loadu_ps(y));
   _mm_storeu_ps(out, _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a, _mm256_mul_pd(vy, b))));
 }
