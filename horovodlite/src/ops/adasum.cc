@@ -8,23 +8,17 @@
 // one; within a tag, MPI's non-overtaking rule matches the segments in order.
 #include "ops/adasum.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
-#include <cfloat>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
-#include <type_traits>
 
 #include "kernels/half.h"
 #include "kernels/reduce.h"
 #include "op_util.h"
+#include "ops/adasum_kernels.h"
 #include "ops/fusion.h"
 #include "ops/outputs.h"
 
@@ -39,177 +33,10 @@ constexpr int kTagGather = 3;   // allgather: the pieces of the result
 // before its dot products are computed, so it is read from cache.
 constexpr size_t kWindow = 2;
 
-// The scalars (dot products, squared norms, coefficients) are long double: on
-// x86-64 and AArch64 its exponent reaches 2^16383, so the squares of float64's
-// extremes stay normal. Float64 elements are accumulated in it too; narrower
-// dtypes in double, which holds their squares exactly enough and is faster.
-using Scalar = long double;
-using Wide64 = std::conditional_t<(LDBL_MAX_EXP >= 4 * DBL_MAX_EXP), long double, double>;
-
-// ---- element access per dtype: widen to the accumulator, round back once ----
-
-struct F32 {
-  using T = float;
-  using Acc = double;
-  static Acc load(T x) { return x; }
-  static T store(Acc v) { return static_cast<T>(v); }
-};
-struct F64 {
-  using T = double;
-  using Acc = Wide64;
-  static Acc load(T x) { return x; }
-  static T store(Acc v) { return static_cast<T>(v); }
-};
-struct F16 {
-  using T = uint16_t;
-  using Acc = double;
-  static Acc load(T x) { return kernels::detail::half_to_float_scalar(x); }
-  static T store(Acc v) { return kernels::detail::double_to_half_scalar(v); }
-};
-struct BF16 {
-  using T = uint16_t;
-  using Acc = double;
-  static Acc load(T x) { return kernels::detail::bfloat16_to_float_scalar(x); }
-  // double -> float rounding to odd, then float -> bfloat16 to nearest even:
-  // the same as one rounding of the double (no double-rounding error).
-  static T store(Acc v) {
-    float f = static_cast<float>(v);
-    if (std::isfinite(f) && static_cast<double>(f) != v) {
-      uint32_t u = kernels::detail::float_bits(f);
-      if (std::fabs(static_cast<double>(f)) > std::fabs(v)) u -= 1;  // back toward zero
-      f = kernels::detail::bits_float(u | 1u);
-    }
-    return kernels::detail::float_to_bfloat16_scalar(f);
-  }
-};
-
-// out += (x.y, x.x, y.y) over n elements; four independent accumulators per
-// quantity, so the additions do not wait on one another.
-template <typename E>
-void dots_generic(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[3]) {
-  using Acc = typename E::Acc;
-  Acc d[4] = {}, xx[4] = {}, yy[4] = {};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (int k = 0; k < 4; ++k) {
-      const Acc a = E::load(x[i + k]), b = E::load(y[i + k]);
-      d[k] += a * b;
-      xx[k] += a * a;
-      yy[k] += b * b;
-    }
-  }
-  for (; i < n; ++i) {
-    const Acc a = E::load(x[i]), b = E::load(y[i]);
-    d[0] += a * b;
-    xx[0] += a * a;
-    yy[0] += b * b;
-  }
-  out[0] += static_cast<Scalar>((d[0] + d[1]) + (d[2] + d[3]));
-  out[1] += static_cast<Scalar>((xx[0] + xx[1]) + (xx[2] + xx[3]));
-  out[2] += static_cast<Scalar>((yy[0] + yy[1]) + (yy[2] + yy[3]));
-}
-
-// out[i] = cx * x[i] + cy * y[i], computed in the accumulator's width (out may be x).
-template <typename E>
-void combine_generic(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx,
-                     Scalar cy) {
-  using Acc = typename E::Acc;
-  const Acc ax = static_cast<Acc>(cx), ay = static_cast<Acc>(cy);
-  for (int64_t i = 0; i < n; ++i) out[i] = E::store(ax * E::load(x[i]) + ay * E::load(y[i]));
-}
-
-// The kernels per dtype (float32 has an AVX2 form below).
-template <typename E>
-void dots(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[3]) {
-  dots_generic<E>(x, y, n, out);
-}
-template <typename E>
-void combine(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx, Scalar cy) {
-  combine_generic<E>(out, x, y, n, cx, cy);
-}
-
-// ---- AVX2/FMA for float32 (the common case): four doubles per instruction ----
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HVL_ADASUM_AVX2 1
-
-__attribute__((target("avx2,fma"))) double hsum(__m256d v) {
-  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-}
-
-__attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const float* y, int64_t n, Scalar out[3]) {
-  __m256d d0 = _mm256_setzero_pd(), d1 = d0, xx0 = d0, xx1 = d0, yy0 = d0, yy1 = d0;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    // Converted straight from memory (vcvtps2pd ymm, m128): no 128-bit
-    // extracts, which competed with the conversions for the same port.
-    const __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), a1 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
-    const __m256d b0 = _mm256_cvtps_pd(_mm_loadu_ps(y + i)), b1 = _mm256_cvtps_pd(_mm_loadu_ps(y + i + 4));
-    d0 = _mm256_fmadd_pd(a0, b0, d0);
-    d1 = _mm256_fmadd_pd(a1, b1, d1);
-    xx0 = _mm256_fmadd_pd(a0, a0, xx0);
-    xx1 = _mm256_fmadd_pd(a1, a1, xx1);
-    yy0 = _mm256_fmadd_pd(b0, b0, yy0);
-    yy1 = _mm256_fmadd_pd(b1, b1, yy1);
-  }
-  double d = hsum(_mm256_add_pd(d0, d1)), xx = hsum(_mm256_add_pd(xx0, xx1)), yy = hsum(_mm256_add_pd(yy0, yy1));
-  for (; i < n; ++i) {
-    const double a = x[i], b = y[i];
-    d += a * b;
-    xx += a * a;
-    yy += b * b;
-  }
-  out[0] += d;
-  out[1] += xx;
-  out[2] += yy;
-}
-
-__attribute__((target("avx2,fma"))) void combine_f32_avx2(float* out, const float* x, const float* y, int64_t n,
-                                                          double cx, double cy) {
-  const __m256d vx = _mm256_set1_pd(cx), vy = _mm256_set1_pd(cy);
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(y + i));
-    _mm_storeu_ps(out + i, _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a, _mm256_mul_pd(vy, b))));
-  }
-  for (; i < n; ++i) out[i] = static_cast<float>(cx * x[i] + cy * y[i]);
-}
-
-bool use_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-
-template <>
-void dots<F32>(const float* x, const float* y, int64_t n, Scalar out[3]) {
-  if (use_avx2()) return dots_f32_avx2(x, y, n, out);
-  dots_generic<F32>(x, y, n, out);
-}
-
-template <>
-void combine<F32>(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy) {
-  if (use_avx2()) return combine_f32_avx2(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
-  combine_generic<F32>(out, x, y, n, cx, cy);
-}
-#endif
-
-template <typename F>
-void dispatch(DataType dtype, F f) {
-  switch (dtype) {
-    case DataType::kFloat32:
-      f(F32{});
-      break;
-    case DataType::kFloat64:
-      f(F64{});
-      break;
-    case DataType::kFloat16:
-      f(F16{});
-      break;
-    default:  // kBFloat16 (run() checks the dtype first)
-      f(BF16{});
-      break;
-  }
-}
+using adasum_kernels::combine;
+using adasum_kernels::dispatch;
+using adasum_kernels::dots;
+using adasum_kernels::Scalar;
 
 // A zero vector's coefficient is 1 (its term vanishes; no 0/0).
 Scalar coefficient(Scalar dot, Scalar norm_sq) { return norm_sq > 0 ? 1 - dot / (2 * norm_sq) : Scalar(1); }
@@ -265,51 +92,78 @@ Status exchange(MPI_Comm comm, int peer, int tag, const char* send, int64_t send
 }
 
 // Calls f(lo, hi) for the segments of [begin, end) (cut from `begin` every
-// `seg` elements), last segment first: the range was just streamed through
-// front to back, so its end is what the cache still holds.
+// `seg` elements), first to last or last to first. A pass over a range is
+// followed by one the other way round: what the first pass touched last is
+// what the cache still holds.
 template <typename F>
-void for_each_segment_backward(int64_t begin, int64_t end, int64_t seg, F f) {
+void for_each_segment(int64_t begin, int64_t end, int64_t seg, bool forward, F f) {
   if (end <= begin) return;
-  for (int64_t lo = begin + (end - begin - 1) / seg * seg; lo >= begin; lo -= seg) f(lo, std::min(end, lo + seg));
+  const int64_t last = begin + (end - begin - 1) / seg * seg;
+  if (forward) {
+    for (int64_t lo = begin; lo <= last; lo += seg) f(lo, std::min(end, lo + seg));
+  } else {
+    for (int64_t lo = last; lo >= begin; lo -= seg) f(lo, std::min(end, lo + seg));
+  }
 }
 
-// One step of the allgather whose outgoing values are made just before they
-// go: for each segment of [send_lo, send_hi) of `data` (last first, as
-// for_each_segment_backward), make(lo, hi) writes it and it is sent to `peer`
-// at once, while it is in cache; the peer's segments of [recv_lo, recv_hi),
-// sent by the same code there, are received into `data` (receives posted
-// first, in the same order as the peer sends them).
-template <typename Make>
-Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, int64_t elem, int64_t send_lo, int64_t send_hi,
-                         int64_t recv_lo, int64_t recv_hi, int64_t seg, Make make) {
-  std::vector<MPI_Request> recvs, sends;
-  Status posted = Status::OK();
-  for_each_segment_backward(recv_lo, recv_hi, seg, [&](int64_t lo, int64_t hi) {
-    recvs.emplace_back(MPI_REQUEST_NULL);
-    if (posted.ok()) {
-      posted = mpi_status(
-          MPI_Irecv(data + lo * elem, static_cast<int>((hi - lo) * elem), MPI_BYTE, peer, tag, comm, &recvs.back()),
-          "MPI_Irecv (Adasum)");
+// One level's combination fused with the next exchange with `peer`, which runs
+// the same code: for each segment of [send_lo, send_hi) and of [keep_lo,
+// keep_hi) (two adjacent halves; cut from their starts every `seg` elements;
+// the half and segment order as `forward` says), make(lo, hi) writes it into
+// `data`, and then at once, while it is in cache, a segment to send goes to
+// the peer and for a segment to keep the peer's values are received into
+// recv + (lo - keep_lo) elements and on_keep(lo, hi) runs. Receives are posted
+// `window` ahead, in the order the peer sends. recv == nullptr: the last
+// level's first allgather step (the received segments are the peer's results,
+// into `data`; they are not waited for one by one).
+template <typename Make, typename OnKeep>
+Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* recv, int64_t elem, int64_t send_lo,
+                         int64_t send_hi, int64_t keep_lo, int64_t keep_hi, int64_t seg, bool forward, size_t window,
+                         Make make, OnKeep on_keep) {
+  struct Piece {
+    int64_t lo, hi;
+    bool keep;
+  };
+  std::vector<Piece> order, keeps;
+  auto add = [&](int64_t b, int64_t e, bool keep) {
+    for_each_segment(b, e, seg, forward, [&](int64_t lo, int64_t hi) { order.push_back({lo, hi, keep}); });
+  };
+  const bool keep_first = recv != nullptr && forward == (keep_lo < send_lo);
+  add(keep_first ? keep_lo : send_lo, keep_first ? keep_hi : send_hi, keep_first);
+  add(keep_first ? send_lo : keep_lo, keep_first ? send_hi : keep_hi, !keep_first);
+  for (const Piece& p : order)
+    if (p.keep) keeps.push_back(p);
+  if (recv == nullptr) window = keeps.size();
+  std::vector<MPI_Request> recvs(keeps.size(), MPI_REQUEST_NULL), sends;
+  auto post_recv = [&](size_t i) {
+    char* at = recv != nullptr ? recv + (keeps[i].lo - keep_lo) * elem : data + keeps[i].lo * elem;
+    return mpi_status(
+        MPI_Irecv(at, static_cast<int>((keeps[i].hi - keeps[i].lo) * elem), MPI_BYTE, peer, tag, comm, &recvs[i]),
+        "MPI_Irecv (Adasum)");
+  };
+  size_t posted = 0, next_recv = 0, kept = 0;  // next_recv: the first receive not seen complete
+  for (; posted < std::min(window, keeps.size()); ++posted) HVL_RETURN_IF_ERROR(post_recv(posted));
+  for (const Piece& p : order) {
+    if (p.keep) {
+      if (recv == nullptr) break;  // the peer's results: waited for below
+      HVL_RETURN_IF_ERROR(wait(&recvs[kept++], "MPI_Irecv (Adasum)"));
+      next_recv = std::max(next_recv, kept);
+      if (posted < keeps.size()) HVL_RETURN_IF_ERROR(post_recv(posted++));
+      make(p.lo, p.hi);
+      on_keep(p.lo, p.hi);
+      continue;
     }
-  });
-  size_t next_recv = 0;
-  for_each_segment_backward(send_lo, send_hi, seg, [&](int64_t lo, int64_t hi) {
-    if (!posted.ok()) return;
-    make(lo, hi);
+    make(p.lo, p.hi);
     sends.emplace_back(MPI_REQUEST_NULL);
-    posted = mpi_status(
-        MPI_Isend(data + lo * elem, static_cast<int>((hi - lo) * elem), MPI_BYTE, peer, tag, comm, &sends.back()),
-        "MPI_Isend (Adasum)");
+    HVL_MPI_CHECK(MPI_Isend(data + p.lo * elem, static_cast<int>((p.hi - p.lo) * elem), MPI_BYTE, peer, tag, comm,
+                            &sends.back()));
     // Progress for the transfers in flight (MPI moves data inside its calls).
-    int done = 0;
-    while (posted.ok() && next_recv < recvs.size()) {
-      posted = mpi_status(MPI_Test(&recvs[next_recv], &done, MPI_STATUS_IGNORE), "MPI_Test (Adasum)");
-      if (!done) break;
-      ++next_recv;
+    for (int done = 1; done && next_recv < posted;) {
+      HVL_MPI_CHECK(MPI_Test(&recvs[next_recv], &done, MPI_STATUS_IGNORE));
+      if (done) ++next_recv;
     }
-  });
-  HVL_RETURN_IF_ERROR(posted);
-  for (; next_recv < recvs.size(); ++next_recv) HVL_RETURN_IF_ERROR(wait(&recvs[next_recv], "MPI_Irecv (Adasum)"));
+  }
+  for (MPI_Request& r : recvs) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Irecv (Adasum)"));
   for (MPI_Request& s : sends) HVL_RETURN_IF_ERROR(wait(&s, "MPI_Isend (Adasum)"));
   return Status::OK();
 }
@@ -361,13 +215,48 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   const char* src = static_cast<const char*>(in);
   // Where the partner's values of the kept range land: out-of-place, the first
   // level receives them into `out` (where the combination goes, in place:
-  // one buffer fewer to stream through); otherwise into scratch.
-  if (in == out || size_ > 2) scratch_.resize(static_cast<size_t>((total - total / 2) * elem));
+  // one buffer fewer to stream through); otherwise into scratch_, and at
+  // levels received while the previous level's are still read (see below),
+  // into scratch_ and scratch2_ in turn.
+  const int64_t half = total - total / 2;
+  if (in == out || size_ > 2) scratch_.resize(static_cast<size_t>(half * elem));
+  if (size_ > 2) scratch2_.resize(static_cast<size_t>((half - half / 2) * elem));
   std::vector<Scalar> sums(3 * ntensors), received(3 * ntensors);
+  const int64_t seg = segment / elem;
+
+  // Partial (a.b, |a|^2, |b|^2) per tensor of each segment of the kept range,
+  // kept per segment: they are computed in whichever order the segments come
+  // and added up first to last, so the sums (and the result) do not depend on
+  // that order.
+  struct Partial {
+    size_t tensor;
+    Scalar v[3];
+  };
+  std::vector<std::vector<Partial>> partials, next_partials;
+  auto piece_dots = [&](const char* mine_base, const char* theirs_base, int64_t theirs_lo, int64_t plo, int64_t phi,
+                        std::vector<Partial>* into) {
+    const auto [first, last] = tensors_in(offsets, plo, phi);
+    for (size_t t = first; t < last; ++t) {
+      const int64_t a = std::max(plo, offsets[t]), b = std::min(phi, offsets[t + 1]);
+      if (a >= b) continue;
+      Partial p{t, {0, 0, 0}};
+      const char* mine = mine_base + a * elem;
+      const char* theirs = theirs_base + (a - theirs_lo) * elem;
+      dispatch(dtype, [&](auto e) {
+        using E = decltype(e);
+        using T = typename E::T;
+        dots<E>(reinterpret_cast<const T*>(mine), reinterpret_cast<const T*>(theirs), b - a, p.v);
+      });
+      into->push_back(p);
+    }
+  };
 
   // ---- reduce-scatter: vector halving, distance doubling ----
   std::vector<std::pair<int64_t, int64_t>> parents;  // the range held before each level
   int64_t lo = 0, hi = total;
+  char* theirs_base = nullptr;  // where the partner's values of the kept range are
+  bool exchanged = false;       // this level's exchange and dot products done with the previous level's combination
+  bool forward = true;          // this level's exchange walked its segments first to last
   for (int d = 1; d < size_; d <<= 1) {
     const int partner = rank_ ^ d;
     const bool upper = (rank_ & d) != 0;  // this rank holds b (the other half-group's vector is a)
@@ -375,32 +264,26 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     const int64_t keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
     const int64_t send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
     parents.emplace_back(lo, hi);
+    if (!exchanged) {
+      theirs_base = src != data ? data + keep_lo * elem : scratch_.data();
+      partials.assign(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg), {});
+      // Piece by piece as the partner's values arrive.
+      auto on_recv = [&](int64_t byte_off, int64_t bytes) {
+        const int64_t plo = keep_lo + byte_off / elem;
+        piece_dots(src, theirs_base, keep_lo, plo, plo + bytes / elem,
+                   &partials[static_cast<size_t>(byte_off / segment)]);
+      };
+      HVL_RETURN_IF_ERROR(exchange(comm_, partner, kTagData, src + send_lo * elem, (send_hi - send_lo) * elem,
+                                   theirs_base, (keep_hi - keep_lo) * elem, segment, kWindow, on_recv));
+    }
     std::fill(sums.begin(), sums.end(), Scalar(0));
-    char* theirs_base = src != data ? data + keep_lo * elem : scratch_.data();
-
-    // Partial (a.b, |a|^2, |b|^2) per tensor over the kept range, piece by piece
-    // as the partner's values arrive.
-    auto on_recv = [&](int64_t byte_off, int64_t bytes) {
-      const int64_t plo = keep_lo + byte_off / elem, phi = plo + bytes / elem;
-      const auto [first, last] = tensors_in(offsets, plo, phi);
-      for (size_t t = first; t < last; ++t) {
-        const int64_t a = std::max(plo, offsets[t]), b = std::min(phi, offsets[t + 1]);
-        if (a >= b) continue;
-        Scalar out[3] = {0, 0, 0};
-        const char* mine = src + a * elem;
-        const char* theirs = theirs_base + (a - keep_lo) * elem;
-        dispatch(dtype, [&](auto e) {
-          using E = decltype(e);
-          using T = typename E::T;
-          dots<E>(reinterpret_cast<const T*>(mine), reinterpret_cast<const T*>(theirs), b - a, out);
-        });
-        sums[3 * t] += out[0];
-        sums[3 * t + 1] += upper ? out[2] : out[1];  // |a|^2
-        sums[3 * t + 2] += upper ? out[1] : out[2];  // |b|^2
+    for (const auto& piece : partials) {
+      for (const Partial& p : piece) {
+        sums[3 * p.tensor] += p.v[0];
+        sums[3 * p.tensor + 1] += upper ? p.v[2] : p.v[1];  // |a|^2
+        sums[3 * p.tensor + 2] += upper ? p.v[1] : p.v[2];  // |b|^2
       }
-    };
-    HVL_RETURN_IF_ERROR(exchange(comm_, partner, kTagData, src + send_lo * elem, (send_hi - send_lo) * elem,
-                                 theirs_base, (keep_hi - keep_lo) * elem, segment, kWindow, on_recv));
+    }
 
     // The 2d ranks that share a and b: recursive doubling over ranks r ^ k,
     // k = 1, 2, ..., d. Both partners add the same two values (addition is
@@ -435,16 +318,34 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
         });
       }
     };
-    const int64_t seg = segment / elem;
     if (2 * d < size_) {
-      // Into `out`, where the next level reads it.
-      for_each_segment_backward(keep_lo, keep_hi, seg, combine_range);
+      // Fused with the next level's exchange (partner rank ^ 2d): the half of
+      // the kept range that goes to it is sent segment by segment as it is
+      // combined, and each segment of the other half is combined as the
+      // partner's values of it arrive and its dot products computed at once:
+      // no second pass over either half. The walk is the other way round from
+      // this level's exchange (what the cache holds first).
+      const bool upper2 = (rank_ & (2 * d)) != 0;
+      const int64_t mid2 = keep_lo + (keep_hi - keep_lo) / 2;
+      const int64_t keep2_lo = upper2 ? mid2 : keep_lo, keep2_hi = upper2 ? keep_hi : mid2;
+      const int64_t send2_lo = upper2 ? keep_lo : mid2, send2_hi = upper2 ? mid2 : keep_hi;
+      char* theirs2 = theirs_base == scratch_.data() ? scratch2_.data() : scratch_.data();
+      next_partials.assign(static_cast<size_t>((keep2_hi - keep2_lo + seg - 1) / seg), {});
+      auto on_keep = [&](int64_t plo, int64_t phi) {
+        piece_dots(data, theirs2, keep2_lo, plo, phi, &next_partials[static_cast<size_t>((plo - keep2_lo) / seg)]);
+      };
+      HVL_RETURN_IF_ERROR(make_and_exchange(comm_, rank_ ^ (2 * d), kTagData, data, theirs2, elem, send2_lo, send2_hi,
+                                            keep2_lo, keep2_hi, seg, !forward, kWindow, combine_range, on_keep));
+      partials.swap(next_partials);
+      theirs_base = theirs2;
+      exchanged = true;
+      forward = !forward;
     } else {
       // The last level: each segment is combined and at once sent to the
       // partner, as the first step of the allgather (whose partner is this
       // level's), while it is still in cache.
-      HVL_RETURN_IF_ERROR(make_and_exchange(comm_, partner, kTagGather, data, elem, keep_lo, keep_hi, send_lo, send_hi,
-                                            seg, combine_range));
+      HVL_RETURN_IF_ERROR(make_and_exchange(comm_, partner, kTagGather, data, nullptr, elem, keep_lo, keep_hi, send_lo,
+                                            send_hi, seg, !forward, 0, combine_range, [](int64_t, int64_t) {}));
     }
     src = data;
     lo = keep_lo;

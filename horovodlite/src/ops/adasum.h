@@ -29,9 +29,14 @@
 // received two at a time (kWindow in adasum.cc), each just before its dot
 // products, so it is read from cache; out of place, the first level receives
 // them straight into `out` (no scratch buffer to stream through); the
-// combination walks the piece back to front (the end of the dot-product pass is
-// what the cache still holds); and at the last level each combined segment is
-// sent at once as the first allgather step, while it is in cache.
+// combination walks the piece the other way round from the dot-product pass
+// (whose end is what the cache still holds); at the last level each combined
+// segment is sent at once as the first allgather step, and at the other levels
+// (np >= 4) the combination is fused with the next level's exchange: each
+// segment of the half sent next is sent as soon as it is combined, each
+// segment of the half kept is combined as the next partner's segment arrives
+// and its dot products computed at once, all while in cache. The float32
+// kernels prefetch 4 KiB ahead (adasum_kernels.cc).
 //
 // Per tensor: a fused buffer holds several tensors back to back, and each
 // tensor is combined with its own dot products (as Horovod does), so fusion
@@ -86,7 +91,8 @@ class Adasum {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
-  std::vector<char> scratch_;  // the partner's half at each level
+  std::vector<char> scratch_;   // the partner's half at each level
+  std::vector<char> scratch2_;  // and at every other level from the second (see run())
 };
 
 // Adasum as the allreduce algorithm for responses whose op is Adasum: packs

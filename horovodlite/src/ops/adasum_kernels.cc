@@ -1,0 +1,120 @@
+// Adasum's float32 kernels with AVX2/FMA (adasum_kernels.h).
+#include "ops/adasum_kernels.h"
+
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace horovodlite {
+namespace adasum_kernels {
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HVL_ADASUM_AVX2 1
+
+namespace {
+
+__attribute__((target("avx2,fma"))) double hsum(__m256d v) {
+  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+// Software prefetch this far ahead of the loads. The pieces are walked in
+// 256 KiB segments, the combination's segments last first, and the hardware
+// streamer restarts at every 4 KiB page: of 8M floats with the caches flushed,
+// the combination took 6.9 ms without and 5.7 ms with it (one process; 5.6 and
+// 5.3 ms with two at once). Prefetches past the end of a piece are harmless
+// (never fault; the neighbouring segment).
+constexpr uintptr_t kPrefetchBytes = 4096;
+
+__attribute__((target("avx2,fma"), always_inline)) inline void prefetch(const float* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kPrefetchBytes), _MM_HINT_T0);
+}
+
+struct DotsAcc {
+  __m256d d0, d1, xx0, xx1, yy0, yy1;
+};
+
+// Eight elements: the first four into the *0 accumulators, the next four into the *1.
+__attribute__((target("avx2,fma"), always_inline)) inline void dots8(const float* x, const float* y, DotsAcc& s) {
+  // Converted straight from memory (vcvtps2pd ymm, m128): no 128-bit
+  // extracts, which competed with the conversions for the same port.
+  const __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(x)), a1 = _mm256_cvtps_pd(_mm_loadu_ps(x + 4));
+  const __m256d b0 = _mm256_cvtps_pd(_mm_loadu_ps(y)), b1 = _mm256_cvtps_pd(_mm_loadu_ps(y + 4));
+  s.d0 = _mm256_fmadd_pd(a0, b0, s.d0);
+  s.d1 = _mm256_fmadd_pd(a1, b1, s.d1);
+  s.xx0 = _mm256_fmadd_pd(a0, a0, s.xx0);
+  s.xx1 = _mm256_fmadd_pd(a1, a1, s.xx1);
+  s.yy0 = _mm256_fmadd_pd(b0, b0, s.yy0);
+  s.yy1 = _mm256_fmadd_pd(b1, b1, s.yy1);
+}
+
+__attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const float* y, int64_t n, Scalar out[3]) {
+  const __m256d z = _mm256_setzero_pd();
+  DotsAcc s{z, z, z, z, z, z};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // one cache line of each, prefetched ahead
+    prefetch(x + i);
+    prefetch(y + i);
+    dots8(x + i, y + i, s);
+    dots8(x + i + 8, y + i + 8, s);
+  }
+  for (; i + 8 <= n; i += 8) dots8(x + i, y + i, s);
+  double d = hsum(_mm256_add_pd(s.d0, s.d1)), xx = hsum(_mm256_add_pd(s.xx0, s.xx1)),
+         yy = hsum(_mm256_add_pd(s.yy0, s.yy1));
+  for (; i < n; ++i) {
+    const double a = x[i], b = y[i];
+    d += a * b;
+    xx += a * a;
+    yy += b * b;
+  }
+  out[0] += d;
+  out[1] += xx;
+  out[2] += yy;
+}
+
+__attribute__((target("avx2,fma"), always_inline)) inline void combine4(float* out, const float* x, const float* y,
+                                                                        __m256d vx, __m256d vy) {
+  const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x)), b = _mm256_cvtps_pd(_mm_loadu_ps(y));
+  _mm_storeu_ps(out, _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a, _mm256_mul_pd(vy, b))));
+}
+
+__attribute__((target("avx2,fma"))) void combine_f32_avx2(float* out, const float* x, const float* y, int64_t n,
+                                                          double cx, double cy) {
+  const __m256d vx = _mm256_set1_pd(cx), vy = _mm256_set1_pd(cy);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    prefetch(x + i);
+    prefetch(y + i);
+    for (int k = 0; k < 16; k += 4) combine4(out + i + k, x + i + k, y + i + k, vx, vy);
+  }
+  for (; i + 4 <= n; i += 4) combine4(out + i, x + i, y + i, vx, vy);
+  for (; i < n; ++i) out[i] = static_cast<float>(cx * x[i] + cy * y[i]);
+}
+
+bool use_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+}  // namespace
+
+void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]) {
+  if (use_avx2()) return dots_f32_avx2(x, y, n, out);
+  dots_generic<F32>(x, y, n, out);
+}
+
+void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy) {
+  if (use_avx2()) return combine_f32_avx2(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
+  combine_generic<F32>(out, x, y, n, cx, cy);
+}
+#else
+void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]) { dots_generic<F32>(x, y, n, out); }
+void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy) {
+  combine_generic<F32>(out, x, y, n, cx, cy);
+}
+#endif
+
+}  // namespace adasum_kernels
+}  // namespace horovodlite
