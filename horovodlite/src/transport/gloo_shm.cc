@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 namespace horovodlite {
 namespace transport {
@@ -38,10 +39,17 @@ struct alignas(64) SideInfo {
   std::atomic<int32_t> reads_peer;  // 1: that side can read the other's memory; -1: it cannot
 };
 
-// "Taken" marks of single-copy sends, per sending side: the receiver of send
-// `id` stores (id + 1) << 8 | errno of its read (0: read) at [id % kTakenSlots].
-// A sender keeps fewer than kTakenSlots sends by descriptor outstanding.
+// "Taken" marks of single-copy sends, per sending side, at [id % kTakenSlots]:
+// mark(id, state). The receiver of send `id` claims it (kReading) before it
+// reads the sender's buffer and then stores the errno of its read (0: read);
+// a sender whose request goes away first claims it as kRevoked instead, and
+// its bytes then come from a copy (kMoved). Whoever claims first decides, so
+// no read of the sender's buffer happens after its request has gone. A sender
+// keeps fewer than kTakenSlots sends by descriptor outstanding.
 constexpr uint64_t kTakenSlots = 1024;
+constexpr uint64_t kReading = 0xfe;
+constexpr uint64_t kRevoked = 0xff;
+constexpr uint64_t mark(uint64_t id, uint64_t state) { return (id + 1) << 8 | state; }
 
 struct FileHeader {
   uint64_t magic;
@@ -135,6 +143,7 @@ struct ShmChannel {
   std::deque<std::shared_ptr<ShmOp>> sends;                         // in posting order
   std::map<uint64_t, std::shared_ptr<ShmOp>> remote_sends;          // descriptors out, by id, until taken
   std::deque<MsgHeader> moved;                                      // kMoved waiting for ring space
+  std::map<uint64_t, std::shared_ptr<ShmOp>> revoked;               // receives waiting for a kMoved, by id
   std::map<uint64_t, std::deque<std::shared_ptr<ShmOp>>> recvs;     // posted, per slot
   std::map<uint64_t, std::deque<std::shared_ptr<ShmEarly>>> early;  // arrived first, per slot
   // The message being received: into `in_op`'s buffer, `in_early`'s, or dropped.
@@ -194,8 +203,19 @@ struct ShmChannel {
     in_tail += n;
     in->tail.store(in_tail, std::memory_order_release);
   }
-  // A descriptor met its receive: reads the bytes into it and answers "taken".
-  void take(ShmOp* op, const MsgHeader& desc) {
+  // A descriptor met its receive: reads the bytes into it and marks the send
+  // taken; or, if the sender has revoked it, waits for the copy's address
+  // (desc.kind kMoved: the address is that copy's, kept until marked taken).
+  void take(const std::shared_ptr<ShmOp>& op, const MsgHeader& desc) {
+    std::atomic<uint64_t>& m = peer_taken[desc.id % kTakenSlots];
+    if (desc.kind != kMoved) {
+      uint64_t cur = m.load(std::memory_order_acquire);
+      if (cur == mark(desc.id, kRevoked) ||
+          !m.compare_exchange_strong(cur, mark(desc.id, kReading), std::memory_order_acq_rel)) {
+        revoked[desc.id] = op;
+        return;
+      }
+    }
     int err = 0;
     if (desc.bytes != op->bytes) {
       op->error = size_mismatch(desc.bytes, op->bytes);
@@ -204,8 +224,7 @@ struct ShmChannel {
                                   std::to_string(op->bytes) + " bytes from the peer's memory: " + std::strerror(err));
     }
     op->complete = true;
-    peer_taken[desc.id % kTakenSlots].store((desc.id + 1) << 8 | static_cast<uint64_t>(std::min(err, 255)),
-                                            std::memory_order_release);
+    m.store(mark(desc.id, static_cast<uint64_t>(std::min(err, 0xfd))), std::memory_order_release);
   }
   // Completes the sends by descriptor that the peer has taken.
   void check_taken() {
@@ -216,6 +235,10 @@ struct ShmChannel {
         continue;
       }
       ShmOp* op = it->second.get();
+      if ((mark & 0xff) == kReading || (mark & 0xff) == kRevoked) {
+        ++it;  // being read, or revoked (its copy is read next)
+        continue;
+      }
       if ((mark & 0xff) != 0) {
         op->error = Status::Aborted("transport (gloo, shared memory): " + op->describe() +
                                     " failed: the peer could not read it from this process's memory: " +
@@ -243,11 +266,18 @@ void ShmChannel::control_message(const MsgHeader& h) {
     std::shared_ptr<ShmOp> op = r->second.front();
     r->second.pop_front();
     if (r->second.empty()) recvs.erase(r);
-    take(op.get(), h);
+    take(op, h);
   } else if (h.kind == kMoved) {
+    auto w = revoked.find(h.id);
+    if (w != revoked.end()) {  // its receive was matched and waits for this
+      std::shared_ptr<ShmOp> op = std::move(w->second);
+      revoked.erase(w);
+      take(op, h);
+      return;
+    }
     for (auto& kv : early) {
       for (auto& e : kv.second) {
-        if (e->remote && e->desc.id == h.id) e->desc.addr = h.addr;
+        if (e->remote && e->desc.id == h.id) e->desc = h;  // kMoved: read the copy, no claim
       }
     }
   }
@@ -262,8 +292,8 @@ class ShmRequest : public Request {
   ~ShmRequest() override {
     bool done = false;
     if (test(&done).ok() && done) return;
-    // Still in flight: give it the default time, then let the hub stop using the buffer.
-    Status s = wait(kDefaultTimeout);
+    // Still in flight: give it the hub's time, then let the hub stop using the buffer.
+    Status s = wait(hub_->abandon_after());
     if (!s.ok()) hub_->abandon(op_);
   }
   // Polls yield instead of spinning, as Open MPI's do with mpi_yield_when_idle:
@@ -314,8 +344,12 @@ class ShmRequest : public Request {
 
 }  // namespace
 
-ShmHub::ShmHub(int world_rank, bool single_copy, std::function<bool(int)> peer_gone)
-    : world_rank_(world_rank), single_copy_(single_copy), peer_gone_(std::move(peer_gone)) {}
+ShmHub::ShmHub(int world_rank, bool single_copy, std::function<bool(int)> peer_gone,
+               std::chrono::milliseconds abandon_after)
+    : world_rank_(world_rank),
+      single_copy_(single_copy),
+      peer_gone_(std::move(peer_gone)),
+      abandon_after_(abandon_after) {}
 
 ShmHub::~ShmHub() = default;
 
@@ -438,7 +472,7 @@ Status ShmHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
         e->second.pop_front();
         if (e->second.empty()) c->early.erase(e);
         if (early->remote) {
-          c->take(op.get(), early->desc);
+          c->take(op, early->desc);
         } else if (early->data.size() != bytes) {
           op->error = size_mismatch(early->data.size(), bytes);
           op->complete = true;
@@ -471,7 +505,27 @@ void ShmHub::abandon(const std::shared_ptr<ShmOp>& op) {
   ShmChannel* c = channel(op->peer);
   if (c == nullptr) return;
   if (op->send) {
-    if (op->remote && op->header_out) {  // the peer has its address: it gets a copy's
+    if (op->remote && op->header_out) {
+      // The peer has its address: revoke it, unless the peer is reading it
+      // now (then wait for the read: it is short) or has read it.
+      std::atomic<uint64_t>& m = c->my_taken[op->id % kTakenSlots];
+      const auto deadline = std::chrono::steady_clock::now() + kDefaultTimeout;
+      uint64_t cur = m.load(std::memory_order_acquire);
+      while (cur == mark(op->id, kReading) && !peer_gone_(op->peer) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+        cur = m.load(std::memory_order_acquire);
+      }
+      if (cur >> 8 == op->id + 1 ||
+          !m.compare_exchange_strong(cur, mark(op->id, kRevoked), std::memory_order_acq_rel)) {
+        c->check_taken();  // read (or being read by a peer that is gone or stuck): done with the buffer
+        if (!op->complete) {
+          c->remote_sends.erase(op->id);
+          op->complete = true;
+          op->error = Status::Aborted("transport (gloo, shared memory): " + op->describe() + " was abandoned");
+        }
+        return;
+      }
+      // Revoked: the peer reads a copy, whose address follows.
       op->owned.assign(op->buf, op->buf + op->bytes);
       op->buf = op->owned.data();
       c->moved.push_back(MsgHeader{op->slot, op->bytes, kMoved, op->id, reinterpret_cast<uint64_t>(op->buf)});
@@ -492,6 +546,12 @@ void ShmHub::abandon(const std::shared_ptr<ShmOp>& op) {
   if (r != c->recvs.end()) {
     auto it = std::find(r->second.begin(), r->second.end(), op);
     if (it != r->second.end()) r->second.erase(it);
+  }
+  for (auto it = c->revoked.begin(); it != c->revoked.end(); ++it) {
+    if (it->second == op) {
+      c->revoked.erase(it);
+      break;
+    }
   }
   if (c->in_op == op) c->in_op.reset();  // the rest of its message is dropped
   if (c->in_early && c->in_early->claimed == op) c->in_early->claimed.reset();

@@ -23,7 +23,9 @@
 // rings); the send completes then, not before (a rendezvous, as MPI's and
 // Gloo's TCP paths are for large messages). A descriptor with no receive
 // posted waits in the unexpected queue without a copy. A send whose request
-// goes away first copies its bytes and tells the peer their new address.
+// goes away first revokes the descriptor (unless the peer is reading it or has
+// read it: see the "taken" marks in gloo_shm.cc), copies its bytes and tells
+// the peer their new address.
 //
 // Nothing moves on a thread of its own: every test() of a request moves what
 // can move on every channel of the hub (all pending sends, all arrived bytes),
@@ -34,6 +36,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -58,8 +61,10 @@ struct ShmChannel;
 class ShmHub : public std::enable_shared_from_this<ShmHub> {
  public:
   // `peer_gone(world_peer)`: whether the peer's process is known to be gone.
-  // `single_copy`: large messages may go by descriptor (above).
-  ShmHub(int world_rank, bool single_copy, std::function<bool(int)> peer_gone);
+  // `single_copy`: large messages may go by descriptor (above). A request
+  // destroyed before it completed waits `abandon_after` for it first.
+  ShmHub(int world_rank, bool single_copy, std::function<bool(int)> peer_gone,
+         std::chrono::milliseconds abandon_after = kDefaultTimeout);
   ~ShmHub();
   ShmHub(const ShmHub&) = delete;
   ShmHub& operator=(const ShmHub&) = delete;
@@ -88,6 +93,7 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
   // A request destroyed before it completed: it no longer owns its buffer.
   void abandon(const std::shared_ptr<ShmOp>& op);
   bool peer_gone(int world_peer) const { return peer_gone_(world_peer); }
+  std::chrono::milliseconds abandon_after() const { return abandon_after_; }
 
  private:
   // Takes the mapped file of the pair (this rank, world_peer) as its channel.
@@ -99,6 +105,7 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
   int world_rank_;
   bool single_copy_;
   std::function<bool(int)> peer_gone_;
+  std::chrono::milliseconds abandon_after_;
   mutable std::mutex mu_;
   std::map<int, std::unique_ptr<ShmChannel>> channels_;
 };
