@@ -24,7 +24,7 @@
 // Gloo's TCP paths are for large messages). A descriptor with no receive
 // posted waits in the unexpected queue without a copy. A send whose request
 // goes away first revokes the descriptor (unless the peer is reading it or has
-// read it: see the "taken" marks in gloo_shm.cc), copies its bytes and tells
+// read it: see the "taken" marks in gloo_shm_channel.h), copies its bytes and tells
 // the peer their new address.
 //
 // Nothing moves on a thread of its own: every test() of a request moves what
