@@ -35,13 +35,7 @@ class ShmRequest : public Request {
   // Polls yield instead of spinning, as Open MPI's do with mpi_yield_when_idle:
   // a busy spin would hold a core the training threads of this host need
   // (the same-host peers are on the same cores).
-  Backoff tune(const Backoff& b) const override {
-    Backoff out = b;
-    out.spin = std::chrono::microseconds(0);
-    out.spin_tests = std::min(b.spin_tests, 8);
-    out.yield_tests = std::max(b.yield_tests, kYieldTests);
-    return out;
-  }
+  Backoff tune(const Backoff& b) const override { return yielding(b); }
   Status test(bool* done) override {
     if (finished_) {
       *done = true;
@@ -72,7 +66,6 @@ class ShmRequest : public Request {
  private:
   std::shared_ptr<ShmHub> hub_;
   static constexpr uint32_t kPollsPerPeerCheck = 16;
-  static constexpr int kYieldTests = 2000;
   std::shared_ptr<ShmOp> op_;
   bool finished_ = false;
   uint32_t polls_ = 0;

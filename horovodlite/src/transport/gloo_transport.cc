@@ -83,10 +83,7 @@ class GlooRequest : public Request {
   // the control back-off alone a 2-rank vote took ~250 us on loopback (the
   // doubling sleeps: 2 + 4 + ... + 128 us) against ~25 us over MPI.
   Backoff tune(const Backoff& b) const override {
-    Backoff out = b;
-    out.spin = std::chrono::microseconds(0);  // a busy spin would hold the core the loop thread needs
-    out.spin_tests = std::min(b.spin_tests, 8);
-    out.yield_tests = std::max(b.yield_tests, 2000);
+    Backoff out = yielding(b);  // a busy spin would hold the core the loop thread needs
     out.max_sleep_us = std::min(b.max_sleep_us, 50);
     return out;
   }

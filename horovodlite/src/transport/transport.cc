@@ -68,6 +68,14 @@ Status Request::wait(std::chrono::milliseconds timeout, const Backoff& backoff) 
                          std::to_string(timeout.count()) + " ms");
 }
 
+Backoff yielding(const Backoff& backoff) {
+  Backoff out = backoff;
+  out.spin = std::chrono::microseconds(0);
+  out.spin_tests = std::min(backoff.spin_tests, 8);
+  out.yield_tests = std::max(backoff.yield_tests, 2000);
+  return out;
+}
+
 Status size_mismatch(size_t sent, size_t received) {
   return Status::InvalidArgument("transport: a send of " + std::to_string(sent) + " bytes met a receive of " +
                                  std::to_string(received) + " bytes");

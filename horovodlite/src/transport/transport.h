@@ -48,6 +48,10 @@ constexpr Backoff kStreamBackoff{std::chrono::microseconds(200), 0, 0, 100};
 // Control messages (the negotiation): the peer is usually a few microseconds
 // behind, or idle for a whole cycle (mpi_wait's policy).
 constexpr Backoff kControlBackoff{std::chrono::microseconds(0), 32, 32, 200};
+// `backoff` with its busy spin turned into yields (at most 8 polls without
+// one, then at least 2000 that yield before the sleeps): for a transport whose
+// messages need a core the spin would hold (a loop thread, same-host peers).
+Backoff yielding(const Backoff& backoff);
 
 // One posted send or receive.
 class Request {
