@@ -195,11 +195,7 @@ Status ShmHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
       c->sends.push_back(op);
     } else {
       progress_channel(c);  // what arrived first, a descriptor's new address included
-      auto e = c->early.find(slot);
-      if (e != c->early.end() && !e->second.empty()) {
-        std::shared_ptr<ShmEarly> early = e->second.front();
-        e->second.pop_front();
-        if (e->second.empty()) c->early.erase(e);
+      if (std::shared_ptr<ShmEarly> early = pop_first(&c->early, slot)) {
         if (early->remote) {
           c->take(op, early->desc);
         } else if (early->data.size() != bytes) {
@@ -352,11 +348,8 @@ void ShmHub::progress_channel(ShmChannel* c) {
       c->read(&c->in_hdr, sizeof(MsgHeader));
       c->in_msg = true;
       c->in_done = 0;
-      auto r = c->recvs.find(c->in_hdr.slot);
-      if (r != c->recvs.end()) {
-        c->in_op = r->second.front();
-        r->second.pop_front();
-        if (r->second.empty()) c->recvs.erase(r);
+      c->in_op = pop_first(&c->recvs, c->in_hdr.slot);
+      if (c->in_op) {
         if (c->in_op->bytes != c->in_hdr.bytes) {
           c->in_op->error = size_mismatch(c->in_hdr.bytes, c->in_op->bytes);
           c->in_op->complete = true;

@@ -68,8 +68,8 @@ void ShmChannel::check_taken() {
 
 void ShmChannel::control_message(const MsgHeader& h) {
   if (h.kind == kRemote) {
-    auto r = recvs.find(h.slot);
-    if (r == recvs.end()) {
+    std::shared_ptr<ShmOp> op = pop_first(&recvs, h.slot);
+    if (!op) {
       auto early_msg = std::make_shared<ShmEarly>();
       early_msg->remote = true;
       early_msg->desc = h;
@@ -77,9 +77,6 @@ void ShmChannel::control_message(const MsgHeader& h) {
       early[h.slot].push_back(std::move(early_msg));
       return;
     }
-    std::shared_ptr<ShmOp> op = r->second.front();
-    r->second.pop_front();
-    if (r->second.empty()) recvs.erase(r);
     take(op, h);
   } else if (h.kind == kMoved) {
     auto w = revoked.find(h.id);

@@ -115,6 +115,18 @@ struct ShmEarly {
   MsgHeader desc{0, 0};
 };
 
+// The first of a slot's queued entries, taken off its queue (null: none). A
+// slot's queue leaves the map when it empties.
+template <typename T>
+std::shared_ptr<T> pop_first(std::map<uint64_t, std::deque<std::shared_ptr<T>>>* queues, uint64_t slot) {
+  auto it = queues->find(slot);
+  if (it == queues->end() || it->second.empty()) return nullptr;
+  std::shared_ptr<T> first = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) queues->erase(it);
+  return first;
+}
+
 struct ShmChannel {
   int peer = -1;
   void* map = nullptr;
