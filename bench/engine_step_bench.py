@@ -6,7 +6,9 @@ intra-op thread per rank) runs at --np ranks under each launcher; every step is
 timed inside the function after --warmup untimed steps and each rank reports the
 median of --steps: wall time, and the process's CPU time per step (all its
 threads: the training thread and horovodlite's background thread), which a
-loaded machine disturbs less than the wall time. Launchers, one fresh process tree per run, interleaved in
+loaded machine disturbs less than the wall time, and the time inside opt.step()
+(waiting for the last gradients' allreduces, then SGD), and the background
+thread's cycles per step (rank 0). Launchers, one fresh process tree per run, interleaved in
 rounds (the order rotates each round), with the 1-minute load average read
 before and after every run:
 
@@ -51,17 +53,25 @@ def step_fn(steps, warmup, batch, hidden, seed=0):
     g = torch.Generator().manual_seed(seed + hvd.rank())
     x = torch.randn(batch, 784, generator=g)
     y = torch.randint(0, 10, (batch,), generator=g)
-    times, cpu = [], []
+    from horovodlite.torch import _C
+    times, cpu, in_step = [], [], []
     for step in range(warmup + steps):
+        if step == warmup:
+            cycles0 = _C.stats()["cycles"]
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+        t1 = time.perf_counter()
+        opt.step()  # waits for the gradients' allreduces still in flight, then SGD
         if step >= warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
+            t2 = time.perf_counter()
+            times.append((t2 - t0) * 1e3)
+            in_step.append((t2 - t1) * 1e3)
             cpu.append((time.process_time() - c0) * 1e3)
     return {"rank": hvd.rank(), "size": hvd.size(), "t_enter": t_enter, "median_ms": statistics.median(times),
-            "cpu_ms": statistics.median(cpu), "controller": "gloo" if hvd.gloo_enabled() else "mpi"}
+            "cpu_ms": statistics.median(cpu), "step_call_ms": statistics.median(in_step),
+            "cycles_per_step": (_C.stats()["cycles"] - cycles0) / steps,
+            "controller": "gloo" if hvd.gloo_enabled() else "mpi"}
 
 
 def _mpi_flags():
@@ -161,12 +171,16 @@ def main():
             row = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "round": rnd, "launcher": launcher,
                    "median_ms": [r["median_ms"] for r in sorted(res["ranks"], key=lambda r: r["rank"])],
                    "cpu_ms": [r["cpu_ms"] for r in sorted(res["ranks"], key=lambda r: r["rank"])],
+                   "step_call_ms": [r["step_call_ms"] for r in sorted(res["ranks"], key=lambda r: r["rank"])],
+                   "cycles_per_step": res["ranks"][0]["cycles_per_step"],
                    "controller": res["ranks"][0]["controller"], "startup_s": res.get("startup_s"),
                    "wall_s": time.time() - t, "load1_before": load0, "load1_after": load1,
                    "command": " ".join(cmd)}
             rows.append(row)
-            print("%-6s round %d: step median %s ms, CPU %s ms (%s)%s, load %.2f -> %.2f" % (
+            print("%-6s round %d: step median %s ms (in opt.step() %s; %.1f cycles), CPU %s ms (%s)%s, "
+                  "load %.2f -> %.2f" % (
                 launcher, rnd, " ".join("%.2f" % m for m in row["median_ms"]),
+                " ".join("%.2f" % m for m in row["step_call_ms"]), row["cycles_per_step"],
                 " ".join("%.2f" % m for m in row["cpu_ms"]), row["controller"],
                 "" if row["startup_s"] is None else ", start-up %.2f s" % row["startup_s"], load0, load1),
                 flush=True)
