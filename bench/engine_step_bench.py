@@ -4,11 +4,11 @@
 The same function (step_fn below: an MLP with hvd.DistributedOptimizer, one
 intra-op thread per rank) runs at --np ranks under each launcher; every step is
 timed inside the function after --warmup untimed steps and each rank reports the
-median of --steps: wall time, and the process's CPU time per step (all its
+median of --steps: wall time; the process's CPU time per step (all its
 threads: the training thread and horovodlite's background thread), which a
-loaded machine disturbs less than the wall time, and the time inside opt.step()
-(waiting for the last gradients' allreduces, then SGD), and the background
-thread's cycles per step (rank 0). Launchers, one fresh process tree per run, interleaved in
+loaded machine disturbs less than the wall time; and the time inside opt.step()
+(waiting for the last gradients' allreduces, then SGD). Rank 0 also reports its
+background thread's cycles per step. Launchers, one fresh process tree per run, interleaved in
 rounds (the order rotates each round), with the 1-minute load average read
 before and after every run:
 
@@ -168,12 +168,12 @@ def main():
                 print("%s failed (rc %d):\n%s" % (launcher, proc.returncode, proc.stdout[-3000:]), file=sys.stderr)
                 continue
             res = json.loads(line[-1][len("RESULT "):])
+            ranks = sorted(res["ranks"], key=lambda r: r["rank"])
             row = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "round": rnd, "launcher": launcher,
-                   "median_ms": [r["median_ms"] for r in sorted(res["ranks"], key=lambda r: r["rank"])],
-                   "cpu_ms": [r["cpu_ms"] for r in sorted(res["ranks"], key=lambda r: r["rank"])],
-                   "step_call_ms": [r["step_call_ms"] for r in sorted(res["ranks"], key=lambda r: r["rank"])],
-                   "cycles_per_step": res["ranks"][0]["cycles_per_step"],
-                   "controller": res["ranks"][0]["controller"], "startup_s": res.get("startup_s"),
+                   "median_ms": [r["median_ms"] for r in ranks], "cpu_ms": [r["cpu_ms"] for r in ranks],
+                   "step_call_ms": [r["step_call_ms"] for r in ranks],
+                   "cycles_per_step": ranks[0]["cycles_per_step"],
+                   "controller": ranks[0]["controller"], "startup_s": res.get("startup_s"),
                    "wall_s": time.time() - t, "load1_before": load0, "load1_after": load1,
                    "command": " ".join(cmd)}
             rows.append(row)
