@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <unordered_set>
 
 #include "kernels/reduce.h"
@@ -69,7 +70,8 @@ Status Controller::compute_responses(Input input, Output* out) {
   }
   for (const Response& r : out->responses)
     if (r.type == OpType::kJoin) joined_ = false;  // runs this cycle
-  out->responses = fuse_responses(out->responses, config_.fusion_threshold_bytes, config_.disable_group_fusion);
+  out->responses =
+      fuse_responses(std::move(out->responses), config_.fusion_threshold_bytes, config_.disable_group_fusion);
   out->shutdown = votes_.test(CycleVote::kShouldShutDown);
   if (out->shutdown) {
     out->shutdown_ranks = votes_.shutdown_ranks();
@@ -267,12 +269,14 @@ std::vector<Response> Controller::take_cache_hits() {
     const Response& r = cache_.peek(pos);
     if (r.group_id != 0) ++group_hits[r.group_id];
   }
-  std::unordered_set<std::string> hit_names;
+  // The names as the cache holds them (its slots do not move in this function).
+  std::unordered_set<std::string_view> hit_names;
+  hits.reserve(positions.size());
   for (uint32_t pos : positions) {
     const Response& peeked = cache_.peek(pos);
     if (peeked.group_id != 0 && group_hits[peeked.group_id] < peeked.group_size) continue;
     const Response& r = cache_.get(pos);
-    hit_names.insert(r.names[0]);
+    hit_names.insert(std::string_view(r.names[0]));
     hits.push_back(r);
     hits_last_.push_back(pos);  // (positions() is ascending)
     const auto eager = std::lower_bound(eager_.begin(), eager_.end(), pos);

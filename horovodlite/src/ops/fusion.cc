@@ -1,7 +1,9 @@
 #include "ops/fusion.h"
 
+#include <iterator>
 #include <limits>
 #include <unordered_map>
+#include <utility>
 
 #include "entry.h"
 #include "message.h"
@@ -68,7 +70,7 @@ int64_t response_bytes(const Response& r) {
 namespace {
 
 // The responses with each group's members moved next to its first member.
-std::vector<Response> group_adjacent(const std::vector<Response>& in) {
+std::vector<Response> group_adjacent(std::vector<Response> in) {
   std::unordered_map<uint64_t, std::vector<size_t>> members;
   bool any = false;
   for (size_t i = 0; i < in.size(); ++i) {
@@ -81,14 +83,14 @@ std::vector<Response> group_adjacent(const std::vector<Response>& in) {
   std::vector<Response> out;
   out.reserve(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    const Response& r = in[i];
+    Response& r = in[i];
     if (r.group_id == 0 || r.type == OpType::kError) {
-      out.push_back(r);
+      out.push_back(std::move(r));
       continue;
     }
     auto it = members.find(r.group_id);
     if (it == members.end()) continue;  // already placed with its group
-    for (size_t j : it->second) out.push_back(in[j]);
+    for (size_t j : it->second) out.push_back(std::move(in[j]));
     members.erase(it);
   }
   return out;
@@ -116,19 +118,19 @@ bool compatible(const Response& b, const Response& r) {
 
 }  // namespace
 
-std::vector<Response> fuse_responses(const std::vector<Response>& in_list, int64_t threshold_bytes,
+std::vector<Response> fuse_responses(std::vector<Response> in_list, int64_t threshold_bytes,
                                      bool disable_group_fusion) {
-  const std::vector<Response> in = group_adjacent(in_list);
+  std::vector<Response> in = group_adjacent(std::move(in_list));
   std::vector<Response> out;
   out.reserve(in.size());
   int64_t back_bytes = 0;
-  for (const Response& r : in) {
+  for (Response& r : in) {
     const int64_t bytes = fusable(r.type) ? response_bytes(r) : 0;
     if (bytes >= kFuseAloneBytes || r.reduced != nullptr) {
       // Large enough to amortise a collective's start-up on its own: run in
       // place, without the two copies through the fusion buffer. (An eager
       // allreduce is already reduced: it only needs its copy out.)
-      out.push_back(r);
+      out.push_back(std::move(r));
       back_bytes = std::numeric_limits<int64_t>::max() / 2;  // nothing joins it either
       continue;
     }
@@ -137,13 +139,13 @@ std::vector<Response> fuse_responses(const std::vector<Response>& in_list, int64
       // HOROVOD_DISABLE_GROUP_FUSION: a group's tensors fuse only with each other.
       const bool same_group = !disable_group_fusion || b.group_id == r.group_id;
       if (same_group && compatible(b, r) && back_bytes + bytes <= threshold_bytes) {
-        b.names.insert(b.names.end(), r.names.begin(), r.names.end());
+        b.names.insert(b.names.end(), std::make_move_iterator(r.names.begin()), std::make_move_iterator(r.names.end()));
         b.tensor_sizes.insert(b.tensor_sizes.end(), r.tensor_sizes.begin(), r.tensor_sizes.end());
         back_bytes += bytes;
         continue;
       }
     }
-    out.push_back(r);
+    out.push_back(std::move(r));
     back_bytes = bytes;
   }
   return out;

@@ -89,7 +89,7 @@ constexpr int64_t kFuseAloneBytes = int64_t(1) << 20;
 // stay on their own. disable_group_fusion (HOROVOD_DISABLE_GROUP_FUSION): a
 // group's tensors fuse only with each other, ungrouped ones only with ungrouped
 // ones. Every rank applies it to the same list and gets the same result.
-std::vector<Response> fuse_responses(const std::vector<Response>& in, int64_t threshold_bytes,
+std::vector<Response> fuse_responses(std::vector<Response> in, int64_t threshold_bytes,
                                      bool disable_group_fusion = false);
 
 // The bytes a single-tensor response puts through the fusion buffer (allgather:
