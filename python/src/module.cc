@@ -9,9 +9,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +20,7 @@
 #include "horovodlite/torch/basics.h"
 #include "horovodlite/torch/collectives.h"
 #include "horovodlite/torch/error.h"
+#include "py_handle.h"
 
 namespace py = pybind11;
 
@@ -29,128 +28,12 @@ namespace horovodlite {
 namespace python {
 namespace {
 
-// horovodlite.common.exceptions.HorovodInternalError, looked up at import time.
-// Leaked on purpose: it must outlive every translated exception, and Python
-// objects must not be released after the interpreter has gone.
-PyObject* g_internal_error = nullptr;
-
-void translate_horovod_error(const torch::HorovodError& e) {
-  switch (e.code()) {
-    case StatusCode::kDuplicateName:
-    case StatusCode::kInvalidArgument:
-      PyErr_SetString(PyExc_ValueError, e.what());
-      return;
-    case StatusCode::kUnimplemented:
-      PyErr_SetString(PyExc_NotImplementedError, e.what());
-      return;
-    default:
-      PyErr_SetString(g_internal_error != nullptr ? g_internal_error : PyExc_RuntimeError, e.what());
-      return;
-  }
-}
-
 ReduceOp to_reduce_op(int op) {
-  torch::check_argument(op >= 0 && op <= static_cast<int>(ReduceOp::kAdasum),
-                        "invalid reduce op " + std::to_string(op));
+  // (The message only on failure: this runs for every allreduce.)
+  if (op < 0 || op > static_cast<int>(ReduceOp::kAdasum))
+    throw torch::HorovodError(StatusCode::kInvalidArgument, "invalid reduce op " + std::to_string(op));
   return static_cast<ReduceOp>(op);
 }
-
-// How often a wait from Python wakes to run Python's signal handlers.
-constexpr std::chrono::milliseconds kSignalCheckInterval{100};
-
-// The wait for `core` was interrupted (a signal handler raised, e.g.
-// KeyboardInterrupt on Ctrl-C) before the op completed. The op cannot be
-// withdrawn from the other ranks (they may have submitted it, or be running it),
-// and leaving it in flight would let it complete later into a tensor the program
-// has moved on from. So horovodlite shuts down on every rank, cleanly, through
-// the next negotiation cycle: this op and every op in flight fail with
-// HorovodInternalError, later ops too, until shutdown() and init() start afresh
-// (docs/reliability.md, "Interrupting a wait").
-void abandon(const HandlePtr& core) {
-  std::fprintf(stderr,
-               "[horovodlite warning rank %d] the wait for '%s' was interrupted; the operation cannot be withdrawn "
-               "from the other ranks, so horovodlite shuts down on every rank (operations in flight fail; call "
-               "shutdown() and init() to start again)\n",
-               horovodlite::rank(), core->name().c_str());
-  std::fflush(stderr);
-  horovodlite::request_shutdown();
-}
-
-// Waits for `core` without the GIL, at most until `deadline` (nullopt: until it
-// completes), waking every kSignalCheckInterval to run Python's signal handlers
-// with the GIL. If a handler raises, abandons the op and raises that exception.
-// Returns whether the op completed.
-bool wait_checking_signals(const HandlePtr& core, std::optional<std::chrono::steady_clock::time_point> deadline) {
-  using Clock = std::chrono::steady_clock;
-  while (true) {
-    auto slice = kSignalCheckInterval;
-    if (deadline) {
-      const Clock::time_point now = Clock::now();
-      if (now >= *deadline) return core->poll();
-      slice = std::min(slice, std::chrono::ceil<std::chrono::milliseconds>(*deadline - now));
-    }
-    {
-      py::gil_scoped_release release;
-      // Returns as soon as the op completes; its outcome is read through poll()
-      // and the handle's status below, so the wait's own status adds nothing.
-      static_cast<void>(core->wait(slice));
-    }
-    if (core->poll()) return true;
-    if (PyErr_CheckSignals() != 0) {
-      if (!core->poll()) abandon(core);
-      throw py::error_already_set();
-    }
-  }
-}
-
-// An AsyncHandle as Python sees it. synchronize() waits without the GIL so that
-// other Python threads (and the background thread's completion callbacks) run,
-// and wakes every 100 ms to let Python handle signals (Ctrl-C).
-class PyHandle {
- public:
-  // Errors the core reports at enqueue time (duplicate name, bad argument, not
-  // initialised or shut down) are raised by the *_async call itself, as Horovod
-  // does; errors found during negotiation are raised by synchronize().
-  explicit PyHandle(torch::AsyncHandle handle) : handle_(std::move(handle)) {
-    const HandlePtr& core = handle_.core_handle();
-    if (core->poll()) {
-      Status status = core->status();
-      switch (status.code()) {
-        case StatusCode::kDuplicateName:
-        case StatusCode::kInvalidArgument:
-        case StatusCode::kPrecondition:
-        case StatusCode::kUnimplemented:
-          throw torch::HorovodError(status.code(), core->name() + ": " + status.message());
-        default:
-          break;
-      }
-    }
-  }
-
-  bool poll() const { return handle_.poll(); }
-
-  at::Tensor synchronize() const {
-    const HandlePtr& core = handle_.core_handle();
-    // Wait for completion without the GIL, waking to run signal handlers; errors
-    // are raised below, with it. (A completed op skips the GIL hand-off.)
-    if (!core->poll()) wait_checking_signals(core, std::nullopt);
-    // Completion is now known, so this does not block; it runs the finisher
-    // (copy back into non-contiguous in-place targets) and throws on failure.
-    return handle_.synchronize();
-  }
-
-  bool wait(double timeout_s) const {
-    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
-    return wait_checking_signals(handle_.core_handle(), std::chrono::steady_clock::now() + timeout);
-  }
-
-  std::string name() const { return handle_.name(); }
-  std::vector<int64_t> received_splits() const { return handle_.received_splits(); }
-  int last_joined_rank() const { return handle_.last_joined_rank(); }
-
- private:
-  torch::AsyncHandle handle_;
-};
 
 AllreduceOptions allreduce_options(int op, double prescale, double postscale, int process_set_id) {
   AllreduceOptions options;
@@ -309,8 +192,7 @@ PYBIND11_MODULE(_C, m) {
   using horovodlite::ReduceOp;
   m.doc() = "horovodlite's PyTorch bindings (internal; use horovodlite.torch)";
 
-  py::object exceptions = py::module_::import("horovodlite.common.exceptions");
-  g_internal_error = py::object(exceptions.attr("HorovodInternalError")).release().ptr();
+  add_handle_type(m);  // _C.Handle, and HorovodInternalError looked up
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -380,14 +262,6 @@ PYBIND11_MODULE(_C, m) {
   m.attr("MAX") = static_cast<int>(ReduceOp::kMax);
   m.attr("PRODUCT") = static_cast<int>(ReduceOp::kProduct);
   m.attr("ADASUM") = static_cast<int>(ReduceOp::kAdasum);
-
-  py::class_<PyHandle>(m, "Handle")
-      .def("poll", &PyHandle::poll)
-      .def("synchronize", &PyHandle::synchronize)
-      .def("wait", &PyHandle::wait, py::arg("timeout_s"))
-      .def_property_readonly("name", &PyHandle::name)
-      .def("received_splits", &PyHandle::received_splits)
-      .def("last_joined_rank", &PyHandle::last_joined_rank);
 
   // ---- collectives; each returns a Handle at once ----
   m.def("allreduce_async", &allreduce_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
