@@ -8,7 +8,6 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/version.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
