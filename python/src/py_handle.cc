@@ -115,18 +115,15 @@ PyObject* handle_synchronize(PyObject* self, PyObject*) {
 PyObject* handle_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return guarded([&]() -> PyObject* {
     static const char* const usage = "Handle.wait(timeout_s): one number, the seconds to wait";
-    PyObject* timeout = nullptr;
+    // One argument, by position or as timeout_s= (a keyword's value follows the positional ones: args[0] either way).
     const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-    if (nargs == 1 && nkw == 0) {
-      timeout = args[0];
-    } else if (nargs == 0 && nkw == 1 &&
-               PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "timeout_s") == 0) {
-      timeout = args[0];
-    } else {
+    const bool by_keyword =
+        nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "timeout_s") == 0;
+    if (nargs + nkw != 1 || (nkw == 1 && !by_keyword)) {
       PyErr_SetString(PyExc_TypeError, usage);
       return nullptr;
     }
-    const double seconds = PyFloat_AsDouble(timeout);
+    const double seconds = PyFloat_AsDouble(args[0]);
     if (seconds == -1.0 && PyErr_Occurred()) return nullptr;
     return py::bool_(of(self).wait(seconds)).release().ptr();
   });
