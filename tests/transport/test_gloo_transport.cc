@@ -341,3 +341,40 @@ TEST(GlooTransport, AnAbandonedSingleCopySendIsReadFromItsCopy) {
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(in[i], static_cast<uint8_t>(i * 13 + 1)) << i << " " << w;
   }
 }
+
+// The protocol follows the op's size (Context::isend_in_op): a message of a
+// small op goes eagerly through the ring (its send completes once it is in the
+// ring, before any receive), the same message of a large op by descriptor (its
+// send completes only when the peer has read it). Both arrive intact.
+TEST(GlooTransport, MessagesOfASmallOpGoThroughTheRing) {
+  auto alive = [](int) { return false; };
+  auto a = std::make_shared<tp::ShmHub>(0, true, alive);
+  auto b = std::make_shared<tp::ShmHub>(1, true, alive);
+  std::string name;
+  ASSERT_TRUE(a->create_channel(1, &name).ok());
+  ASSERT_TRUE(b->open_channel(0, name).ok());
+  a->unlink_name(name);
+  b->probe_single_copy(0);
+  a->probe_single_copy(1);
+  const size_t n = size_t{1} << 20;  // far above kShmSingleCopyBytes, a quarter of a ring
+  std::vector<uint8_t> small_op(n), large_op(n), in1(n, 0), in2(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    small_op[i] = static_cast<uint8_t>(i * 3 + 1);
+    large_op[i] = static_cast<uint8_t>(i * 5 + 2);
+  }
+  tp::RequestPtr eager, descriptor, r1, r2;
+  ASSERT_TRUE(a->post(true, small_op.data(), n, 1, 1, 5, 5, &eager, /*eager=*/true).ok());
+  ASSERT_TRUE(a->post(true, large_op.data(), n, 1, 1, 6, 6, &descriptor).ok());
+  bool done = false;
+  ASSERT_TRUE(eager->test(&done).ok());
+  EXPECT_TRUE(done);  // in the ring: complete with no receive posted
+  ASSERT_TRUE(descriptor->test(&done).ok());
+  EXPECT_FALSE(done);  // by descriptor: waits for the peer's read
+  ASSERT_TRUE(b->post(false, in2.data(), n, 0, 0, 6, 6, &r2).ok());
+  ASSERT_TRUE(b->post(false, in1.data(), n, 0, 0, 5, 5, &r1).ok());
+  ASSERT_TRUE(r1->wait(std::chrono::seconds(5)).ok());
+  ASSERT_TRUE(r2->wait(std::chrono::seconds(5)).ok());
+  ASSERT_TRUE(descriptor->wait(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(in1, small_op);
+  EXPECT_EQ(in2, large_op);
+}

@@ -282,6 +282,7 @@ Status RingAllreduce::run_with(const void* in, void* out, int64_t count, const W
     return Status::OK();
   }
   HVL_RETURN_IF_ERROR(plan(count, wire.wire_bytes));
+  op_bytes_ = static_cast<size_t>(count * wire.wire_bytes);
   const int64_t largest_chunk = (count + size_ - 1) / size_;
   const int64_t seg_elems = std::max<int64_t>(1, options_.segment_bytes / wire.wire_bytes);
   // Receive slots; staged sends have as many send slots after them.
@@ -354,8 +355,8 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, const Wire& wire)
   // are scaled now that their half has been made.
   auto post_send = [&](int64_t i) -> Status {
     const Segment& s = send_segments_[i];
-    HVL_RETURN_IF_ERROR(
-        context_->isend(send_src(i), static_cast<size_t>(s.bytes), right, tag_of(i), &send_requests_[i]));
+    HVL_RETURN_IF_ERROR(context_->isend_in_op(send_src(i), static_cast<size_t>(s.bytes), right, tag_of(i), op_bytes_,
+                                              &send_requests_[i]));
     sends_posted_ = i + 1;
     if (staged && i >= gather_sends_begin) wire.scale_sent(wire.values(out, s), wire.elements(s));
     return Status::OK();

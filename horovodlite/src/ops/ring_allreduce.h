@@ -144,6 +144,7 @@ class RingAllreduce {
   };
   std::unique_ptr<uint8_t, FreeDeleter> scratch_;
   int64_t scratch_slot_bytes_ = 0;
+  size_t op_bytes_ = 0;  // this op's buffer on the wire, for the transport's choice of protocol
   int scratch_slots_ = 0;
 };
 

@@ -178,9 +178,10 @@ ShmChannel* ShmHub::channel(int world_peer) const {
 }
 
 Status ShmHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer, uint64_t slot, int tag,
-                    RequestPtr* request) {
+                    RequestPtr* request, bool eager) {
   auto op = std::make_shared<ShmOp>();
   op->send = send;
+  op->eager = eager;
   op->peer = world_peer;
   op->tag = tag;
   op->slot = slot;
@@ -298,7 +299,7 @@ void ShmHub::progress_channel(ShmChannel* c) {
   // descriptor where they can.
   while (!c->sends.empty()) {
     ShmOp* op = c->sends.front().get();
-    if (!op->header_out && single_copy_ && op->bytes >= kShmSingleCopyBytes && c->can_send_remote()) {
+    if (!op->header_out && single_copy_ && !op->eager && op->bytes >= kShmSingleCopyBytes && c->can_send_remote()) {
       op->remote = true;
       op->id = c->next_id++;
     }

@@ -84,9 +84,10 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
 
   bool has(int world_peer) const;
   // Posts a send or receive of `bytes` at `buf` to/from `world_peer` (rank
-  // `peer` of the caller's context) in `slot`.
-  Status post(bool send, void* buf, size_t bytes, int peer, int world_peer, uint64_t slot, int tag,
-              RequestPtr* request);
+  // `peer` of the caller's context) in `slot`. An `eager` send goes through
+  // the ring whatever its size (never by descriptor).
+  Status post(bool send, void* buf, size_t bytes, int peer, int world_peer, uint64_t slot, int tag, RequestPtr* request,
+              bool eager = false);
 
   // Moves what can move, then says whether `op` has completed (or failed).
   Status test(ShmOp* op, bool* done);

@@ -96,6 +96,7 @@ struct ShmOp {
   size_t moved = 0;         // bytes written (send) so far
   bool header_out = false;  // send: its header is in the ring
   bool remote = false;      // send: by descriptor (single copy), complete when taken
+  bool eager = false;       // send: through the ring whatever its size
   uint64_t id = 0;          // its number on the channel
   bool complete = false;
   Status error;

@@ -140,6 +140,14 @@ class GlooTransport : public Context {
   Status isend(const void* buf, size_t bytes, int peer, int tag, RequestPtr* request) override {
     return post(true, const_cast<void*>(buf), bytes, peer, tag, request);
   }
+  // An op whose whole buffer fits in half a ring (the reduce-scatter's and the
+  // allgather's messages in flight at once then fit in it): its messages
+  // through the rings. np 2, hvd.allreduce: 256 KiB-2 MiB 1.6-2.4x faster than
+  // by single copy; a 4 MiB op through the rings took 0.37-1.8 ms, by single
+  // copy 0.52-0.65 (docs/transport.md).
+  Status isend_in_op(const void* buf, size_t bytes, int peer, int tag, size_t op_bytes, RequestPtr* request) override {
+    return post(true, const_cast<void*>(buf), bytes, peer, tag, request, op_bytes <= kShmRingBytes / 2);
+  }
 
   // Collective over the world: a shared-memory channel to every peer on this
   // host (gloo_shm.h). A pair whose file cannot be made (a full /dev/shm) or
@@ -263,7 +271,7 @@ class GlooTransport : public Context {
   }
 
  private:
-  Status post(bool send, void* buf, size_t bytes, int peer, int tag, RequestPtr* request) {
+  Status post(bool send, void* buf, size_t bytes, int peer, int tag, RequestPtr* request, bool eager = false) {
     if (peer < 0 || peer >= size_) {
       return Status::InvalidArgument("transport: peer " + std::to_string(peer) + " outside [0, " +
                                      std::to_string(size_) + ")");
@@ -271,7 +279,7 @@ class GlooTransport : public Context {
     if (tag < 0 || tag > kMaxTag) return Status::InvalidArgument("transport: tag " + std::to_string(tag));
     const uint64_t slot = (channel_ << 16) | static_cast<uint64_t>(tag);
     if (shared_->shm && shared_->shm->has(world_rank(peer))) {
-      return shared_->shm->post(send, buf, bytes, peer, world_rank(peer), slot, tag, request);
+      return shared_->shm->post(send, buf, bytes, peer, world_rank(peer), slot, tag, request, eager);
     }
     try {
       // Gloo wants a valid pointer even for an empty message.

@@ -127,6 +127,15 @@ class Context : public std::enable_shared_from_this<Context> {
   // that is destroyed before it completes is waited for first.
   virtual Status isend(const void* buf, size_t bytes, int peer, int tag, RequestPtr* request) = 0;
   virtual Status irecv(void* buf, size_t bytes, int peer, int tag, RequestPtr* request) = 0;
+  // isend() of one message of a collective that moves `op_bytes` in all (each
+  // rank's buffer): a transport may choose its protocol by the op's size rather
+  // than the message's. The Gloo transport's same-host path sends the messages
+  // of an op that fits its rings through them (two copies, no rendezvous: the
+  // faster way for small ops) and a large op's by single copy. By default isend().
+  virtual Status isend_in_op(const void* buf, size_t bytes, int peer, int tag, size_t op_bytes, RequestPtr* request) {
+    (void)op_bytes;
+    return isend(buf, bytes, peer, tag, request);
+  }
 
   // Blocking: every rank of the context.
   virtual Status barrier(std::chrono::milliseconds timeout = kDefaultTimeout);
