@@ -289,6 +289,21 @@ TEST(GlooTransport, APeerThatGoesAwayFailsTheWaitNamingIt) {
   for (std::thread& t : threads) t.join();
 }
 
+// Two hubs in one process as ranks 0 and 1 of one host, their channel made
+// and single copy probed (both can read this process's memory).
+void connect_hubs(std::chrono::milliseconds abandon_after, std::shared_ptr<tp::ShmHub>* a,
+                  std::shared_ptr<tp::ShmHub>* b) {
+  auto alive = [](int) { return false; };
+  *a = std::make_shared<tp::ShmHub>(0, true, alive, abandon_after);
+  *b = std::make_shared<tp::ShmHub>(1, true, alive, abandon_after);
+  std::string name;
+  ASSERT_TRUE((*a)->create_channel(1, &name).ok());
+  ASSERT_TRUE((*b)->open_channel(0, name).ok());
+  (*a)->unlink_name(name);
+  (*b)->probe_single_copy(0);
+  (*a)->probe_single_copy(1);
+}
+
 }  // namespace
 
 // A single-copy send whose request goes away before its receive has read
@@ -302,15 +317,8 @@ TEST(GlooTransport, APeerThatGoesAwayFailsTheWaitNamingIt) {
 TEST(GlooTransport, AnAbandonedSingleCopySendIsReadFromItsCopy) {
   for (const char* when : {"unseen", "seen", "posted"}) {
     const std::string w = when;
-    auto alive = [](int) { return false; };
-    auto a = std::make_shared<tp::ShmHub>(0, true, alive, std::chrono::milliseconds(50));
-    auto b = std::make_shared<tp::ShmHub>(1, true, alive, std::chrono::milliseconds(50));
-    std::string name;
-    ASSERT_TRUE(a->create_channel(1, &name).ok());
-    ASSERT_TRUE(b->open_channel(0, name).ok());
-    a->unlink_name(name);
-    b->probe_single_copy(0);
-    a->probe_single_copy(1);
+    std::shared_ptr<tp::ShmHub> a, b;
+    ASSERT_NO_FATAL_FAILURE(connect_hubs(std::chrono::milliseconds(50), &a, &b));
     const size_t n = tp::kShmSingleCopyBytes * 4 + 3;
     std::vector<uint8_t> out(n), in(n, 0);
     for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(i * 13 + 1);
@@ -347,15 +355,8 @@ TEST(GlooTransport, AnAbandonedSingleCopySendIsReadFromItsCopy) {
 // ring, before any receive), the same message of a large op by descriptor (its
 // send completes only when the peer has read it). Both arrive intact.
 TEST(GlooTransport, MessagesOfASmallOpGoThroughTheRing) {
-  auto alive = [](int) { return false; };
-  auto a = std::make_shared<tp::ShmHub>(0, true, alive);
-  auto b = std::make_shared<tp::ShmHub>(1, true, alive);
-  std::string name;
-  ASSERT_TRUE(a->create_channel(1, &name).ok());
-  ASSERT_TRUE(b->open_channel(0, name).ok());
-  a->unlink_name(name);
-  b->probe_single_copy(0);
-  a->probe_single_copy(1);
+  std::shared_ptr<tp::ShmHub> a, b;
+  ASSERT_NO_FATAL_FAILURE(connect_hubs(tp::kDefaultTimeout, &a, &b));
   const size_t n = size_t{1} << 20;  // far above kShmSingleCopyBytes, a quarter of a ring
   std::vector<uint8_t> small_op(n), large_op(n), in1(n, 0), in2(n, 0);
   for (size_t i = 0; i < n; ++i) {
