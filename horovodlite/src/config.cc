@@ -172,6 +172,14 @@ Status read_transport(Config* c) {
   } else {
     HVL_RETURN_IF_ERROR(read_bool("GLOO_SHM", &g.shared_memory));
   }
+  std::string tcp_var;
+  if (const char* tcp = lookup("GLOO_TCP", &tcp_var)) {
+    const std::string v = tcp;
+    if (v != "gloo" && v != "direct") {
+      return Status::InvalidArgument(tcp_var + "='" + v + "': expected gloo or direct");
+    }
+    g.direct_tcp = v == "direct";
+  }
   if (g.scope.empty()) g.scope = "global";
   const char* why = controller_set || cpu_ops_set ? "HOROVOD_CONTROLLER/HOROVOD_CPU_OPERATIONS=gloo"
                                                   : "HOROVOD_GLOO_RENDEZVOUS_ADDR set outside mpirun";

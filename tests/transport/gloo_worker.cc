@@ -155,6 +155,9 @@ int main(int argc, char** argv) {
   check(p == config.gloo.size && r == config.gloo.rank, "rank and size", r);
   check(world->local_rank() == config.gloo.local_rank || config.gloo.local_rank < 0, "local rank", r);
   check(tp::shared_memory_peers(*world) == (config.gloo.shared_memory ? p - 1 : 0), "shared-memory peers", r);
+  // One host: our own TCP connections only where shared memory is off.
+  const bool direct = config.gloo.direct_tcp && !config.gloo.shared_memory;
+  check(tp::direct_tcp_peers(*world) == (direct ? p - 1 : 0), "direct TCP peers", r);
   if (argc > 1 && std::strcmp(argv[1], "kill") == 0) return kill_last_rank(*world);
   run_suite(*world, "world");
   // Process sets: every rank in reverse order, and the even ranks (a real subset).

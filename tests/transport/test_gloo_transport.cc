@@ -24,11 +24,12 @@ namespace tp = horovodlite::transport;
 
 // How the ranks (threads, all naming one host) talk: shared memory with large
 // messages read from the sender's memory, shared memory through the rings
-// only (HOROVODLITE_GLOO_SHM=copy), or TCP (gloo_shm.h).
-enum class Path { kShm, kShmCopy, kTcp };
+// only (HOROVODLITE_GLOO_SHM=copy), TCP through Gloo's pairs (gloo_shm.h), or
+// TCP on connections of our own (HOROVODLITE_GLOO_TCP=direct, gloo_tcp_direct.h).
+enum class Path { kShm, kShmCopy, kTcp, kDirect };
 
 void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn, Path path = Path::kShm) {
-  const bool shared_memory = path != Path::kTcp;
+  const bool shared_memory = path == Path::kShm || path == Path::kShmCopy;
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
@@ -40,11 +41,13 @@ void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn, Path 
       options.timeout = std::chrono::seconds(20);
       options.shared_memory = shared_memory;
       options.single_copy = path == Path::kShm;
+      options.direct_tcp = path == Path::kDirect;
       tp::ContextPtr ctx;
       const Status s = tp::connect_gloo(options, store, &ctx);
       ASSERT_TRUE(s.ok()) << s.message();
       EXPECT_STREQ(ctx->kind(), "gloo");
       EXPECT_EQ(tp::shared_memory_peers(*ctx), shared_memory ? size - 1 : 0);
+      EXPECT_EQ(tp::direct_tcp_peers(*ctx), path == Path::kDirect ? size - 1 : 0);
       fn(*ctx);
     });
   }
@@ -52,12 +55,15 @@ void run_gloo_ranks(int size, const std::function<void(tp::Context&)>& fn, Path 
 }
 
 std::string path_name(const ::testing::TestParamInfo<Path>& p) {
-  return p.param == Path::kShm ? "Shm" : p.param == Path::kShmCopy ? "ShmCopy" : "Tcp";
+  return p.param == Path::kShm       ? "Shm"
+         : p.param == Path::kShmCopy ? "ShmCopy"
+         : p.param == Path::kTcp     ? "Tcp"
+                                     : "Direct";
 }
 
 class GlooBothPaths : public ::testing::TestWithParam<Path> {};
-INSTANTIATE_TEST_SUITE_P(GlooTransport, GlooBothPaths, ::testing::Values(Path::kShm, Path::kShmCopy, Path::kTcp),
-                         path_name);
+INSTANTIATE_TEST_SUITE_P(GlooTransport, GlooBothPaths,
+                         ::testing::Values(Path::kShm, Path::kShmCopy, Path::kTcp, Path::kDirect), path_name);
 
 TEST_P(GlooBothPaths, RingRecursiveDoublingAndCollectives) {
   for (int size = 1; size <= 3; ++size) {
@@ -145,7 +151,9 @@ TEST_P(GlooBothPaths, SplitOverASubsetAndDup) {
 // channel), empty messages, and a length mismatch failing the receive; with
 // and without single copy.
 class GlooSharedMemory : public ::testing::TestWithParam<Path> {};
-INSTANTIATE_TEST_SUITE_P(GlooTransport, GlooSharedMemory, ::testing::Values(Path::kShm, Path::kShmCopy), path_name);
+// Direct TCP (its sends are eager too) keeps the same rules.
+INSTANTIATE_TEST_SUITE_P(GlooTransport, GlooSharedMemory, ::testing::Values(Path::kShm, Path::kShmCopy, Path::kDirect),
+                         path_name);
 
 TEST_P(GlooSharedMemory, MatchingAndLargeMessages) {
   const bool single_copy = GetParam() == Path::kShm;
@@ -258,35 +266,40 @@ namespace {
 // A peer that goes away (its context destroyed: its sockets close) fails the
 // receive waiting on it with Aborted naming it, instead of a hang.
 TEST(GlooTransport, APeerThatGoesAwayFailsTheWaitNamingIt) {
-  auto store = std::make_shared<gloo::rendezvous::HashStore>();
-  std::vector<std::thread> threads;
-  std::atomic<bool> posted{false};
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      tp::GlooOptions options;
-      options.rank = r;
-      options.size = 2;
-      options.hostname = "localhost";
-      options.timeout = std::chrono::seconds(20);
-      tp::ContextPtr ctx;
-      ASSERT_TRUE(tp::connect_gloo(options, store, &ctx).ok());
-      EXPECT_EQ(tp::shared_memory_peers(*ctx), 1);  // noticed through the TCP pair all the same
-      ASSERT_TRUE(ctx->barrier().ok());
-      if (r == 0) {
-        int v = 0;
-        tp::RequestPtr req;
-        ASSERT_TRUE(ctx->irecv(&v, 4, 1, 9, &req).ok());
-        posted = true;
-        const Status s = req->wait(std::chrono::seconds(20));
-        EXPECT_EQ(s.code(), horovodlite::StatusCode::kAborted) << s.message();
-        EXPECT_NE(s.message().find("receive from rank 1"), std::string::npos) << s.message();
-      } else {
-        while (!posted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        ctx.reset();  // rank 1 leaves without sending
-      }
-    });
+  for (const bool direct : {false, true}) {  // shared memory (watched through Gloo's pair); direct TCP
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    std::vector<std::thread> threads;
+    std::atomic<bool> posted{false};
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        tp::GlooOptions options;
+        options.rank = r;
+        options.size = 2;
+        options.hostname = "localhost";
+        options.timeout = std::chrono::seconds(20);
+        options.shared_memory = !direct;
+        options.direct_tcp = direct;
+        tp::ContextPtr ctx;
+        ASSERT_TRUE(tp::connect_gloo(options, store, &ctx).ok());
+        EXPECT_EQ(tp::shared_memory_peers(*ctx), direct ? 0 : 1);  // shared memory: noticed through the TCP pair
+        EXPECT_EQ(tp::direct_tcp_peers(*ctx), direct ? 1 : 0);
+        ASSERT_TRUE(ctx->barrier().ok());
+        if (r == 0) {
+          int v = 0;
+          tp::RequestPtr req;
+          ASSERT_TRUE(ctx->irecv(&v, 4, 1, 9, &req).ok());
+          posted = true;
+          const Status s = req->wait(std::chrono::seconds(20));
+          EXPECT_EQ(s.code(), horovodlite::StatusCode::kAborted) << s.message();
+          EXPECT_NE(s.message().find("receive from rank 1"), std::string::npos) << s.message();
+        } else {
+          while (!posted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          ctx.reset();  // rank 1 leaves without sending
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
   }
-  for (std::thread& t : threads) t.join();
 }
 
 // Two hubs in one process as ranks 0 and 1 of one host, their channel made

@@ -39,6 +39,7 @@ class Env {
                                            "HOROVOD_HOSTNAME",
                                            "HOROVOD_GLOO_IFACE",
                                            "HOROVODLITE_GLOO_SHM",
+                                           "HOROVODLITE_GLOO_TCP",
                                            "OMPI_COMM_WORLD_RANK",
                                            "PMI_RANK",
                                            "PMIX_RANK"};
@@ -120,6 +121,26 @@ TEST(TransportConfig, SharedMemoryModes) {
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(c.gloo.shared_memory, v != "0") << v;
     EXPECT_EQ(c.gloo.shm_single_copy, v != "copy") << v;
+  }
+}
+
+// HOROVODLITE_GLOO_TCP: "direct" (our own connections) by default, "gloo"
+// (Gloo's pairs); anything else an error naming the variable.
+TEST(TransportConfig, TcpModes) {
+  for (const char* value : {"", "direct", "gloo", "fast"}) {
+    Env env;
+    set_job(env);
+    if (*value != '\0') env.set("HOROVODLITE_GLOO_TCP", value);
+    Config c;
+    const Status s = Config::from_env(&c);
+    const std::string v = value;
+    if (v == "fast") {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(s.message().find("HOROVODLITE_GLOO_TCP='fast'"), std::string::npos) << s.message();
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(c.gloo.direct_tcp, v != "gloo") << v;
   }
 }
 

@@ -139,6 +139,10 @@ struct Config {
     // kernel allows it. "copy": shared memory, every message through the rings.
     bool shared_memory = true;
     bool shm_single_copy = true;
+    // GLOO_TCP: "direct" (default): ranks on different hosts talk over TCP
+    // connections of our own, eager sends (transport/gloo_tcp_direct.h);
+    // "gloo": over Gloo's TCP pairs.
+    bool direct_tcp = true;
   } gloo;
 
   static Status from_env(Config* out);

@@ -199,14 +199,8 @@ Status ShmHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
       if (std::shared_ptr<ShmEarly> early = pop_first(&c->early, slot)) {
         if (early->remote) {
           c->take(op, early->desc);
-        } else if (early->data.size() != bytes) {
-          op->error = size_mismatch(early->data.size(), bytes);
-          op->complete = true;
-        } else if (early->complete) {
-          if (bytes > 0) std::memcpy(op->buf, early->data.data(), bytes);
-          op->complete = true;
         } else {
-          early->claimed = op;
+          receive_early(op, early.get());
         }
       } else {
         c->recvs[slot].push_back(op);
@@ -369,17 +363,7 @@ void ShmHub::progress_channel(ShmChannel* c) {
       c->in_done += n;
     }
     if (c->in_done < c->in_hdr.bytes) break;
-    if (c->in_op) c->in_op->complete = true;
-    if (c->in_early) {
-      c->in_early->complete = true;
-      if (std::shared_ptr<ShmOp> op = c->in_early->claimed) {
-        if (op->bytes > 0) std::memcpy(op->buf, c->in_early->data.data(), op->bytes);
-        op->complete = true;
-        c->in_early->claimed.reset();
-      }
-    }
-    c->in_op.reset();
-    c->in_early.reset();
+    finish_message(&c->in_op, &c->in_early);
     c->in_msg = false;
   }
 }

@@ -85,6 +85,12 @@ struct MsgHeader {
 // Reads n bytes at `addr` in process `pid` into `dst`; 0 or an errno.
 int read_remote(pid_t pid, uint64_t addr, void* dst, size_t n);
 
+// "send to rank 3 (tag 7)": how errors name a posted operation.
+inline std::string describe_op(bool send, int peer, int tag) {
+  return std::string(send ? "send to" : "receive from") + " rank " + std::to_string(peer) + " (tag " +
+         std::to_string(tag) + ")";
+}
+
 // One posted send or receive (fields guarded by the hub's mutex).
 struct ShmOp {
   bool send = false;
@@ -101,10 +107,7 @@ struct ShmOp {
   bool complete = false;
   Status error;
   std::vector<uint8_t> owned;  // a send whose request went away: its own copy
-  std::string describe() const {
-    return std::string(send ? "send to" : "receive from") + " rank " + std::to_string(peer) + " (tag " +
-           std::to_string(tag) + ")";
-  }
+  std::string describe() const { return describe_op(send, peer, tag); }
 };
 
 // A message that arrived before its receive was posted.
@@ -126,6 +129,39 @@ std::shared_ptr<T> pop_first(std::map<uint64_t, std::deque<std::shared_ptr<T>>>*
   it->second.pop_front();
   if (it->second.empty()) queues->erase(it);
   return first;
+}
+
+// A receive meets a message that arrived before it (Early: data, complete,
+// claimed): a length mismatch fails it, a whole message is copied, one still
+// arriving is claimed (finish_message completes it).
+template <typename Op, typename Early>
+void receive_early(const std::shared_ptr<Op>& op, Early* early) {
+  if (early->data.size() != op->bytes) {
+    op->error = size_mismatch(early->data.size(), op->bytes);
+    op->complete = true;
+  } else if (early->complete) {
+    if (op->bytes > 0) std::memcpy(op->buf, early->data.data(), op->bytes);
+    op->complete = true;
+  } else {
+    early->claimed = op;
+  }
+}
+
+// The message being received has all its bytes: its receive completes, or,
+// kept early, it is complete and goes to the receive that claimed it.
+template <typename Op, typename Early>
+void finish_message(std::shared_ptr<Op>* in_op, std::shared_ptr<Early>* in_early) {
+  if (*in_op) (*in_op)->complete = true;
+  if (*in_early) {
+    (*in_early)->complete = true;
+    if (std::shared_ptr<Op> op = (*in_early)->claimed) {
+      if (op->bytes > 0) std::memcpy(op->buf, (*in_early)->data.data(), op->bytes);
+      op->complete = true;
+      (*in_early)->claimed.reset();
+    }
+  }
+  in_op->reset();
+  in_early->reset();
 }
 
 struct ShmChannel {

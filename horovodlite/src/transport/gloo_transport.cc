@@ -4,6 +4,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/unbound_buffer.h>
 #include <ifaddrs.h>
@@ -21,6 +22,7 @@
 
 #include "logging.h"
 #include "transport/gloo_shm.h"
+#include "transport/gloo_tcp_direct.h"
 #include "transport/http_store.h"
 
 namespace horovodlite {
@@ -111,6 +113,7 @@ struct Sentinels {
 };
 constexpr uint64_t kSentinelSlot = kMaxTag + 1;  // channel 0, past every tag
 constexpr int kShmSetupTag = kMaxTag - 1;        // the world's channel, before anyone else uses it
+constexpr int kTcpSetupTag = kMaxTag - 2;
 
 // What every context split from one Gloo world shares.
 struct GlooShared {
@@ -118,6 +121,7 @@ struct GlooShared {
   std::shared_ptr<gloo::transport::Device> device;
   std::chrono::milliseconds timeout;
   std::shared_ptr<ShmHub> shm;  // same-host peers (gloo_shm.h); null when none or off
+  std::shared_ptr<TcpHub> tcp;  // other peers, HOROVODLITE_GLOO_TCP=direct (gloo_tcp_direct.h); else null
 };
 
 class GlooTransport : public Context {
@@ -131,6 +135,11 @@ class GlooTransport : public Context {
         channel_(channel) {}
 
   const char* kind() const override { return "gloo"; }
+  int tcp_peers() const {
+    int n = 0;
+    for (int r = 0; r < size_; ++r) n += shared_->tcp && shared_->tcp->has(world_rank(r)) ? 1 : 0;
+    return n;
+  }
   int shm_peers() const {
     int n = 0;
     for (int r = 0; r < size_; ++r) n += shared_->shm && shared_->shm->has(world_rank(r)) ? 1 : 0;
@@ -232,6 +241,69 @@ class GlooTransport : public Context {
     return post(false, buf, bytes, peer, tag, request);
   }
 
+  // Collective over the world, after attach_shared_memory: a connection of our
+  // own to every peer that shared memory does not reach (gloo_tcp_direct.h).
+  // A pair whose connection fails on either side stays on Gloo's pair (a
+  // warning); failed set-up messages fail the set-up.
+  Status attach_direct_tcp() {
+    std::vector<int> peers;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && !(shared_->shm && shared_->shm->has(r))) peers.push_back(r);
+    }
+    if (peers.empty()) return Status::OK();
+    auto hub = std::make_shared<TcpHub>(rank_);
+    std::vector<TcpHub::Endpoint> ends(static_cast<size_t>(size_));
+    std::memset(static_cast<void*>(ends.data()), 0, ends.size() * sizeof(TcpHub::Endpoint));
+    std::vector<RequestPtr> reqs;
+    Status first = Status::OK();
+    const auto note = [&](const Status& s) {
+      if (!s.ok() && first.ok()) first = s;
+      return s.ok();
+    };
+    for (int p : peers) {  // the lower rank of each pair listens
+      RequestPtr r;
+      TcpHub::Endpoint& e = ends[static_cast<size_t>(p)];
+      if (p > rank_) {
+        const auto* local = dynamic_cast<const gloo::transport::tcp::Address*>(&gctx_->getPair(p)->address());
+        if (local == nullptr || !note(hub->listen(p, local->getSockaddr(), &e))) {
+          if (local == nullptr) note(Status::Internal("transport (gloo, direct tcp): not a TCP pair"));
+          std::memset(static_cast<void*>(&e), 0, sizeof(e));  // AF_UNSPEC: the peer does not connect
+        }
+        HVL_RETURN_IF_ERROR(isend(&e, sizeof(e), p, kTcpSetupTag, &r));
+      } else {
+        HVL_RETURN_IF_ERROR(irecv(&e, sizeof(e), p, kTcpSetupTag, &r));
+      }
+      reqs.push_back(std::move(r));
+    }
+    HVL_RETURN_IF_ERROR(wait_all(&reqs, shared_->timeout));
+    reqs.clear();
+    std::vector<int32_t> ok(static_cast<size_t>(size_), 0), theirs(static_cast<size_t>(size_), 0);
+    for (int p : peers) {  // connect to the lower ranks (their listen queue takes it) ...
+      const TcpHub::Endpoint& e = ends[static_cast<size_t>(p)];
+      if (p < rank_ && e.address.ss_family != AF_UNSPEC)
+        ok[static_cast<size_t>(p)] = note(hub->connect(p, e, shared_->timeout));
+    }
+    for (int p : peers) {  // ... then take the higher ranks' connections
+      const TcpHub::Endpoint& e = ends[static_cast<size_t>(p)];
+      if (p > rank_ && e.address.ss_family != AF_UNSPEC)
+        ok[static_cast<size_t>(p)] = note(hub->accept(p, shared_->timeout));
+    }
+    for (int p : peers) {  // a pair is used only where both sides have it
+      RequestPtr s, r;
+      HVL_RETURN_IF_ERROR(isend(&ok[static_cast<size_t>(p)], sizeof(int32_t), p, kTcpSetupTag, &s));
+      HVL_RETURN_IF_ERROR(irecv(&theirs[static_cast<size_t>(p)], sizeof(int32_t), p, kTcpSetupTag, &r));
+      reqs.push_back(std::move(s));
+      reqs.push_back(std::move(r));
+    }
+    HVL_RETURN_IF_ERROR(wait_all(&reqs, shared_->timeout));
+    for (int p : peers) {
+      if (!ok[static_cast<size_t>(p)] || !theirs[static_cast<size_t>(p)]) hub->drop(p);
+    }
+    if (!first.ok()) HVL_LOG(kWarning, first.message() << ": those pairs stay on Gloo's connections");
+    shared_->tcp = std::move(hub);
+    return Status::OK();
+  }
+
   Status split(const std::vector<int>& ranks, const std::string& name, std::shared_ptr<Context>* out) override {
     int me = -1;
     bool identity = static_cast<int>(ranks.size()) == size_;
@@ -280,6 +352,9 @@ class GlooTransport : public Context {
     const uint64_t slot = (channel_ << 16) | static_cast<uint64_t>(tag);
     if (shared_->shm && shared_->shm->has(world_rank(peer))) {
       return shared_->shm->post(send, buf, bytes, peer, world_rank(peer), slot, tag, request, eager);
+    }
+    if (shared_->tcp && shared_->tcp->has(world_rank(peer))) {
+      return shared_->tcp->post(send, buf, bytes, peer, world_rank(peer), slot, tag, request);
     }
     try {
       // Gloo wants a valid pointer even for an empty message.
@@ -376,6 +451,11 @@ int shared_memory_peers(const Context& ctx) {
   return g == nullptr ? 0 : g->shm_peers();
 }
 
+int direct_tcp_peers(const Context& ctx) {
+  const auto* g = dynamic_cast<const GlooTransport*>(&ctx);
+  return g == nullptr ? 0 : g->tcp_peers();
+}
+
 std::shared_ptr<gloo::rendezvous::Store> make_http_store(const std::string& host, int port, const std::string& scope,
                                                          std::chrono::milliseconds timeout) {
   return std::make_shared<HttpGlooStore>(host, port, scope, timeout);
@@ -438,6 +518,14 @@ Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous
             ": the same-host shared-memory set-up failed (HOROVODLITE_GLOO_SHM=0 turns it off): " + s.message());
       }
     }
+    if (options.direct_tcp) {
+      const Status s = world->attach_direct_tcp();
+      if (!s.ok()) {
+        return Status::Aborted(
+            "transport (gloo): rank " + std::to_string(options.rank) +
+            ": the direct TCP set-up failed (HOROVODLITE_GLOO_TCP=gloo keeps Gloo's): " + s.message());
+      }
+    }
     *out = std::move(world);
   } catch (const std::exception& e) {
     return Status::Aborted("transport (gloo): rank " + std::to_string(options.rank) + " of " +
@@ -462,6 +550,7 @@ Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
   options.prefix = "hvl";
   options.shared_memory = g.shared_memory;
   options.single_copy = g.shm_single_copy;
+  options.direct_tcp = g.direct_tcp;
   return connect_gloo_http(options, g.rendezvous_addr, static_cast<int>(g.rendezvous_port), g.scope, out);
 }
 

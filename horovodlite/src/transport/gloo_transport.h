@@ -40,6 +40,10 @@ struct GlooOptions {
   // from the sender's memory (gloo_shm.h) where the kernel allows it
   // (HOROVODLITE_GLOO_SHM=copy: false).
   bool single_copy = true;
+  // Ranks on different hosts (or every pair, without shared memory) exchange
+  // messages over connections of our own instead of Gloo's pairs
+  // (gloo_tcp_direct.h; HOROVODLITE_GLOO_TCP=direct).
+  bool direct_tcp = false;
   // Prefix of every key this world writes (a scope per world, e.g. "global").
   std::string prefix = "hvl";
 };
@@ -59,6 +63,9 @@ Status connect_gloo_from_config(const Config& config, ContextPtr* out);
 // How many peers of `ctx` (a Gloo context) this rank reaches through shared
 // memory; 0 for any other context.
 int shared_memory_peers(const Context& ctx);
+// How many peers of `ctx` (a Gloo context) this rank reaches over its own TCP
+// connections (HOROVODLITE_GLOO_TCP=direct); 0 for any other context.
+int direct_tcp_peers(const Context& ctx);
 
 // gloo::rendezvous::Store over the HTTP key-value store (http_store.h).
 std::shared_ptr<gloo::rendezvous::Store> make_http_store(const std::string& host, int port, const std::string& scope,

@@ -1,0 +1,83 @@
+// The cross-host path of the Gloo transport without Gloo's pairs for data
+// (HOROVODLITE_GLOO_TCP=direct): one TCP connection of our own per pair of
+// ranks on different hosts, on which messages are framed as a 16-byte header
+// (slot, length) then their bytes, written and read by whichever thread tests
+// a request (no loop thread, as Open MPI's TCP path), and sent eagerly: a
+// send does not wait for its receive to be posted. Gloo's pairs send an
+// unbound buffer only after the receiver's "ready" notice has come back
+// through the same stream, behind whatever data is queued there, and do their
+// I/O on a loop thread: per message a round trip and two wake-ups
+// (docs/transport.md).
+//
+// Matching is the shared-memory path's (gloo_shm.h): per peer and slot,
+// messages meet receives in posting order. A message whose slot has no
+// receive posted while another receive on the channel waits is read into a
+// heap copy that the next receive for its slot takes; with no receive posted
+// on the channel at all, it stays in the socket. A peer that closes its end
+// (exits, is killed) fails every request on the channel naming it. Set-up
+// (GlooTransport, collective over the world): the lower rank of a pair
+// listens on the address of its Gloo device and sends the address and a
+// random token through the Gloo pair; the other connects and names itself
+// with the token.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "transport/transport.h"
+
+namespace horovodlite {
+namespace transport {
+
+struct TcpOp;
+struct TcpChannel;
+
+class TcpHub : public std::enable_shared_from_this<TcpHub> {
+ public:
+  explicit TcpHub(int world_rank);
+  ~TcpHub();
+  TcpHub(const TcpHub&) = delete;
+  TcpHub& operator=(const TcpHub&) = delete;
+
+  // What the lower rank of a pair sends the other (plain bytes).
+  struct Endpoint {
+    sockaddr_storage address;
+    uint64_t token;
+  };
+  // Lower rank: listens on `local` (any port) for `world_peer`.
+  Status listen(int world_peer, const sockaddr_storage& local, Endpoint* out);
+  // Lower rank: takes the peer's connection (within `timeout`).
+  Status accept(int world_peer, std::chrono::milliseconds timeout);
+  // Higher rank: connects to the lower one's endpoint.
+  Status connect(int world_peer, const Endpoint& endpoint, std::chrono::milliseconds timeout);
+  void drop(int world_peer);
+
+  bool has(int world_peer) const;
+  // Posts a send or receive of `bytes` at `buf` to/from `world_peer` (rank
+  // `peer` of the caller's context) in `slot`.
+  Status post(bool send, void* buf, size_t bytes, int peer, int world_peer, uint64_t slot, int tag,
+              RequestPtr* request);
+  // Moves what can move on every channel, then says whether `op` has completed.
+  Status test(TcpOp* op, bool* done);
+  // A request destroyed before it completed: a send's unsent bytes are copied
+  // (they still leave), a receive's are dropped when they come.
+  void abandon(const std::shared_ptr<TcpOp>& op);
+
+ private:
+  void progress_locked();
+  void progress_channel(TcpChannel* c);
+  void fail_channel(TcpChannel* c, const std::string& why);
+
+  int world_rank_;
+  mutable std::mutex mu_;
+  std::map<int, std::unique_ptr<TcpChannel>> channels_;
+};
+
+}  // namespace transport
+}  // namespace horovodlite
