@@ -175,9 +175,7 @@ Status read_transport(Config* c) {
   std::string tcp_var;
   if (const char* tcp = lookup("GLOO_TCP", &tcp_var)) {
     const std::string v = tcp;
-    if (v != "gloo" && v != "direct") {
-      return Status::InvalidArgument(tcp_var + "='" + v + "': expected gloo or direct");
-    }
+    if (v != "gloo" && v != "direct") return bad(tcp_var, tcp, "gloo or direct");
     g.direct_tcp = v == "direct";
   }
   if (g.scope.empty()) g.scope = "global";

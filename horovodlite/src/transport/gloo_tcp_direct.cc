@@ -37,8 +37,7 @@ struct TcpOp {
   uint64_t slot = 0;
   uint8_t* buf = nullptr;
   size_t bytes = 0;
-  size_t written = 0;  // send: of the header and the bytes
-  TcpHeader header{0, 0};
+  size_t written = 0;  // send: of the header (slot, bytes) and the bytes
   bool complete = false;
   Status error;
   std::vector<uint8_t> owned;  // an abandoned send's bytes
@@ -247,7 +246,6 @@ Status TcpHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
   op->slot = slot;
   op->buf = static_cast<uint8_t*>(buf);
   op->bytes = bytes;
-  op->header = TcpHeader{slot, bytes};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = channels_.find(world_peer);
@@ -290,11 +288,6 @@ void TcpHub::abandon(const std::shared_ptr<TcpOp>& op) {
     return;
   }
   if (c->in_op == op) c->in_op.reset();  // the rest of its message is dropped
-  for (auto& kv : c->early) {
-    for (auto& e : kv.second) {
-      if (e->claimed == op) e->claimed.reset();
-    }
-  }
   auto q = c->recvs.find(op->slot);
   if (q != c->recvs.end()) {
     for (auto r = q->second.begin(); r != q->second.end(); ++r) {
@@ -327,10 +320,7 @@ void TcpHub::fail_channel(TcpChannel* c, const std::string& why) {
   for (auto& kv : c->recvs) {
     for (auto& op : kv.second) fail(op);
   }
-  for (auto& kv : c->early) {
-    for (auto& e : kv.second) fail(e->claimed);
-  }
-  fail(c->in_op);
+  fail(c->in_op);  // (only the message arriving can have a claimed receive: claiming takes it off `early`)
   if (c->in_early) fail(c->in_early->claimed);
   c->sends.clear();
   c->recvs.clear();
@@ -346,10 +336,11 @@ void TcpHub::progress_channel(TcpChannel* c) {
   while (!c->sends.empty()) {
     TcpOp* op = c->sends.front().get();
     const size_t total = sizeof(TcpHeader) + op->bytes;
+    TcpHeader header{op->slot, op->bytes};  // sendmsg copies it
     iovec iov[2];
     int n = 0;
     if (op->written < sizeof(TcpHeader)) {
-      iov[n++] = {reinterpret_cast<uint8_t*>(&op->header) + op->written, sizeof(TcpHeader) - op->written};
+      iov[n++] = {reinterpret_cast<uint8_t*>(&header) + op->written, sizeof(TcpHeader) - op->written};
     }
     const size_t body = op->written > sizeof(TcpHeader) ? op->written - sizeof(TcpHeader) : 0;
     if (op->bytes > body) iov[n++] = {op->buf + body, op->bytes - body};

@@ -265,10 +265,9 @@ class GlooTransport : public Context {
       TcpHub::Endpoint& e = ends[static_cast<size_t>(p)];
       if (p > rank_) {
         const auto* local = dynamic_cast<const gloo::transport::tcp::Address*>(&gctx_->getPair(p)->address());
-        if (local == nullptr || !note(hub->listen(p, local->getSockaddr(), &e))) {
-          if (local == nullptr) note(Status::Internal("transport (gloo, direct tcp): not a TCP pair"));
-          std::memset(static_cast<void*>(&e), 0, sizeof(e));  // AF_UNSPEC: the peer does not connect
-        }
+        const Status s = local != nullptr ? hub->listen(p, local->getSockaddr(), &e)
+                                          : Status::Internal("transport (gloo, direct tcp): not a TCP pair");
+        if (!note(s)) std::memset(static_cast<void*>(&e), 0, sizeof(e));  // AF_UNSPEC: the peer does not connect
         HVL_RETURN_IF_ERROR(isend(&e, sizeof(e), p, kTcpSetupTag, &r));
       } else {
         HVL_RETURN_IF_ERROR(irecv(&e, sizeof(e), p, kTcpSetupTag, &r));
