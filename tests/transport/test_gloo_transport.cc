@@ -1,9 +1,11 @@
 // The Gloo TCP transport (loopback), ranks as threads over Gloo's in-process
 // HashStore: the ring, recursive doubling and the collectives on real sockets
 // and through the same-host shared-memory rings, a split over a subset (its
-// own full mesh), the rings' matching rules, and a wait that names the peer.
+// own full mesh), the rings' matching rules, a wait that names the peer, and
+// when direct TCP leaves a message in the socket for its receive.
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 
 #include <atomic>
 #include <thread>
@@ -13,6 +15,7 @@
 #include "recursive_doubling.h"
 #include "transport/collectives.h"
 #include "transport/gloo_shm.h"
+#include "transport/gloo_tcp_direct.h"
 #include "transport/gloo_transport.h"
 
 namespace {
@@ -391,4 +394,107 @@ TEST(GlooTransport, MessagesOfASmallOpGoThroughTheRing) {
   ASSERT_TRUE(descriptor->wait(std::chrono::seconds(5)).ok());
   EXPECT_EQ(in1, small_op);
   EXPECT_EQ(in2, large_op);
+}
+
+namespace {
+
+// Two direct-TCP hubs in one process on 127.0.0.1, as ranks 0 and 1.
+void connect_tcp_hubs(std::chrono::microseconds park_limit, std::shared_ptr<tp::TcpHub>* a,
+                      std::shared_ptr<tp::TcpHub>* b) {
+  *a = std::make_shared<tp::TcpHub>(0, park_limit);
+  *b = std::make_shared<tp::TcpHub>(1, park_limit);
+  sockaddr_storage local{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&local);
+  in->sin_family = AF_INET;
+  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  tp::TcpHub::Endpoint endpoint{};
+  ASSERT_TRUE((*a)->listen(1, local, &endpoint).ok());
+  Status accepted;
+  std::thread t([&] { accepted = (*a)->accept(1, std::chrono::seconds(10)); });
+  const Status connected = (*b)->connect(0, endpoint, std::chrono::seconds(10));
+  t.join();
+  ASSERT_TRUE(connected.ok()) << connected.message();
+  ASSERT_TRUE(accepted.ok()) << accepted.message();
+}
+
+std::vector<uint8_t> pattern(size_t n, int seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 11 + seed);
+  return v;
+}
+
+}  // namespace
+
+// Direct TCP (gloo_tcp_direct.h): a message whose receive is not yet posted
+// waits in the socket and then goes straight into its buffer, with no copy;
+// unless a receive for another slot is posted (the message may be in its way:
+// it is copied, and the receive behind it completes), or it has waited the
+// park limit (it is copied, so sends complete with no receive, as eager ones).
+TEST(GlooTransport, DirectTcpMessagesWaitInTheSocketForTheirReceive) {
+  const size_t n = size_t{64} << 10;  // a ring segment across hosts
+  {
+    std::shared_ptr<tp::TcpHub> a, b;
+    ASSERT_NO_FATAL_FAILURE(connect_tcp_hubs(std::chrono::seconds(60), &a, &b));
+    const std::vector<uint8_t> first = pattern(n, 1), second = pattern(n, 2);
+    int small = 77;
+    tp::RequestPtr s1, s2, s3;
+    ASSERT_TRUE(a->post(true, const_cast<uint8_t*>(first.data()), n, 1, 1, 1, 1, &s1).ok());
+    ASSERT_TRUE(s1->wait(std::chrono::seconds(5)).ok());  // eager: written with no receive
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (std::chrono::steady_clock::now() < until) b->poll();  // it has arrived and waits
+    EXPECT_EQ(b->early_copies(), 0u);
+    std::vector<uint8_t> in1(n, 0), in2(n, 0);
+    tp::RequestPtr r1, r2, r3;
+    ASSERT_TRUE(b->post(false, in1.data(), n, 0, 0, 1, 1, &r1).ok());
+    ASSERT_TRUE(r1->wait(std::chrono::seconds(5)).ok());
+    EXPECT_EQ(in1, first);
+    EXPECT_EQ(b->early_copies(), 0u);  // straight from the socket
+    // A message for slot 2 with no receive, then one for slot 3 whose receive
+    // is posted: the first is copied out of the way.
+    ASSERT_TRUE(a->post(true, const_cast<uint8_t*>(second.data()), n, 1, 1, 2, 2, &s2).ok());
+    ASSERT_TRUE(a->post(true, &small, sizeof(small), 1, 1, 3, 3, &s3).ok());
+    int got = 0;
+    ASSERT_TRUE(b->post(false, &got, sizeof(got), 0, 0, 3, 3, &r3).ok());
+    ASSERT_TRUE(r3->wait(std::chrono::seconds(5)).ok());
+    EXPECT_EQ(got, 77);
+    EXPECT_EQ(b->early_copies(), 1u);
+    ASSERT_TRUE(b->post(false, in2.data(), n, 0, 0, 2, 2, &r2).ok());
+    ASSERT_TRUE(r2->wait(std::chrono::seconds(5)).ok());
+    EXPECT_EQ(in2, second);
+    ASSERT_TRUE(s2->wait(std::chrono::seconds(5)).ok());
+    ASSERT_TRUE(s3->wait(std::chrono::seconds(5)).ok());
+  }
+  {
+    // The default park limit: 16 MiB sent with no receive posted (more than
+    // the sockets hold) completes while the receiver only polls.
+    std::shared_ptr<tp::TcpHub> a, b;
+    ASSERT_NO_FATAL_FAILURE(connect_tcp_hubs(tp::TcpHub::kDefaultParkLimit, &a, &b));
+    const int count = 256;
+    std::vector<std::vector<uint8_t>> out;
+    std::vector<tp::RequestPtr> sends(count);
+    for (int i = 0; i < count; ++i) {
+      out.push_back(pattern(n, i));
+      ASSERT_TRUE(a->post(true, out.back().data(), n, 1, 1, 4, 4, &sends[static_cast<size_t>(i)]).ok());
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    bool all = false;
+    while (!all && std::chrono::steady_clock::now() < deadline) {
+      b->poll();
+      all = true;
+      for (tp::RequestPtr& s : sends) {
+        bool done = false;
+        ASSERT_TRUE(s->test(&done).ok());
+        all = all && done;
+      }
+    }
+    EXPECT_TRUE(all);
+    EXPECT_GT(b->early_copies(), 0u);
+    for (int i = 0; i < count; ++i) {
+      std::vector<uint8_t> in(n, 0);
+      tp::RequestPtr r;
+      ASSERT_TRUE(b->post(false, in.data(), n, 0, 0, 4, 4, &r).ok());
+      ASSERT_TRUE(r->wait(std::chrono::seconds(5)).ok());
+      ASSERT_EQ(in, out[static_cast<size_t>(i)]) << i;
+    }
+  }
 }

@@ -10,11 +10,14 @@
 // (docs/transport.md).
 //
 // Matching is the shared-memory path's (gloo_shm.h): per peer and slot,
-// messages meet receives in posting order. A message whose slot has no
-// receive posted while another receive on the channel waits is read into a
-// heap copy that the next receive for its slot takes; with no receive posted
-// on the channel at all, it stays in the socket. A peer that closes its end
-// (exits, is killed) fails every request on the channel naming it. Set-up
+// messages meet receives in posting order. A message whose receive is posted
+// is read straight into its buffer; one whose receive is not yet posted waits
+// in the socket for a while (TcpHub::place_arriving: at most 200 us, and not
+// when that could hold anything up), then is read into a heap copy (recycled
+// buffers, no zero fill) that the next receive for its slot takes; a receive
+// posted while its message is arriving takes the bytes so far and the rest
+// goes straight into its buffer. A peer that closes its end (exits, is
+// killed) fails every request on the channel naming it. Set-up
 // (GlooTransport, collective over the world): the lower rank of a pair
 // listens on the address of its Gloo device and sends the address and a
 // random token through the Gloo pair; the other connects and names itself
@@ -29,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "transport/transport.h"
 
@@ -40,7 +44,10 @@ struct TcpChannel;
 
 class TcpHub : public std::enable_shared_from_this<TcpHub> {
  public:
-  explicit TcpHub(int world_rank);
+  // `park_limit`: how long an arriving message may wait in the socket for its
+  // receive while nothing else needs it read (place_arriving).
+  static constexpr std::chrono::microseconds kDefaultParkLimit{200};
+  explicit TcpHub(int world_rank, std::chrono::microseconds park_limit = kDefaultParkLimit);
   ~TcpHub();
   TcpHub(const TcpHub&) = delete;
   TcpHub& operator=(const TcpHub&) = delete;
@@ -68,14 +75,25 @@ class TcpHub : public std::enable_shared_from_this<TcpHub> {
   // A request destroyed before it completed: a send's unsent bytes are copied
   // (they still leave), a receive's are dropped when they come.
   void abandon(const std::shared_ptr<TcpOp>& op);
+  // Moves what can move on every channel (as test() does).
+  void poll();
+  // How many messages have been read into a heap copy (their receive was not
+  // posted when they were read; place_arriving says when that happens).
+  size_t early_copies() const;
 
  private:
   void progress_locked();
   void progress_channel(TcpChannel* c);
+  bool place_arriving(TcpChannel* c);
   void fail_channel(TcpChannel* c, const std::string& why);
 
   int world_rank_;
+  std::chrono::microseconds park_limit_;
   mutable std::mutex mu_;
+  // Spare buffers for early messages of up to kEarlyPooledBytes (under mu_;
+  // declared before channels_, whose early messages return theirs here).
+  std::vector<std::unique_ptr<uint8_t[]>> spare_;
+  size_t early_copies_ = 0;
   std::map<int, std::unique_ptr<TcpChannel>> channels_;
 };
 
