@@ -57,7 +57,7 @@ constexpr size_t kEarlySpares = 64;
 
 // With how much queued behind it, at most, an arriving message waits in the
 // socket for its receive (TcpHub::place_arriving).
-constexpr int kParkQueueBytes = 1 << 20;
+constexpr int kParkQueueBytes = 2 << 20;
 
 class EarlyBytes {
  public:
@@ -408,13 +408,14 @@ void TcpHub::fail_channel(TcpChannel* c, const std::string& why) {
 // cost more than a copy: a receive for another slot is posted (its message may
 // be behind this one), this rank's own sends to the peer are stuck (the peer
 // may be waiting for this rank to read), more than kParkQueueBytes wait in the
-// socket (a full socket stalls the peer's sends: at 16 and 64 MiB waiting
-// without that bound made the allreduce 1.3x slower), or it has waited
+// socket (a full socket closes the peer's window: at 16 and 64 MiB waiting
+// without that bound made the allreduce 1.05-1.3x MPI's time instead of 0.7-0.8;
+// 1 MiB cost the 4 MiB op 6 %, 4 MiB the 64 MiB op 20 %), or it has waited
 // park_limit_ (so sends complete without their receive, as MPI's eager ones,
 // while the rank is busy elsewhere). Then it is read into a heap copy that its
 // receive takes when posted. Reading every message at once (most into copies)
-// made a 4 MiB allreduce on 2 simulated hosts 1.13x MPI's time, against 0.84x
-// with the waiting (docs/transport.md).
+// made a 4 MiB allreduce on 2 simulated hosts 1.13x MPI's time; waiting, 1.00x
+// (median per-op times of 5-6 jobs each; docs/transport.md).
 bool TcpHub::place_arriving(TcpChannel* c) {
   c->in_op = pop_first(&c->recvs, c->in_hdr.slot);
   if (c->in_op) {
