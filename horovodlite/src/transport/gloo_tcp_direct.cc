@@ -137,10 +137,12 @@ class TcpRequest : public Request {
       : Request(peer, tag, send), hub_(std::move(hub)), op_(std::move(op)) {}
   ~TcpRequest() override { hub_->abandon(op_); }
   Status test(bool* done) override { return hub_->test(op_.get(), done); }
-  // The I/O happens in test(), and the peer is on another host: the caller's
-  // back-off as over MPI (the data path polls for 200 us before it sleeps; on
-  // 2 simulated hosts, 4 MiB took 2.2, 1.6 and 3.1 ms so, 3.3, 3.2 and 3.0 yielding; docs/transport.md).
-  Backoff tune(const Backoff& b) const override { return b; }
+  // The I/O happens in test(); its polls yield the core between tests, as an
+  // MPI job's do (MPI_Test with mpi_yield_when_idle, the launcher's flags):
+  // ranks that share cores (2x2 on the 2-core testbed) need it. On 2 simulated
+  // hosts, per-op medians against MPI's: 2x2 1 MiB 1.63x spinning 200 us, 1.09x
+  // yielding, 64 MiB 1.10x / 1.01x; 1x1 4 MiB 1.06x / 0.99x (docs/transport.md).
+  Backoff tune(const Backoff& b) const override { return yielding(b); }
 
  private:
   std::shared_ptr<TcpHub> hub_;
