@@ -343,14 +343,7 @@ void ShmHub::progress_channel(ShmChannel* c) {
       c->read(&c->in_hdr, sizeof(MsgHeader));
       c->in_msg = true;
       c->in_done = 0;
-      c->in_op = pop_first(&c->recvs, c->in_hdr.slot);
-      if (c->in_op) {
-        if (c->in_op->bytes != c->in_hdr.bytes) {
-          c->in_op->error = size_mismatch(c->in_hdr.bytes, c->in_op->bytes);
-          c->in_op->complete = true;
-          c->in_op.reset();  // drop the message
-        }
-      } else {
+      if (!meet_receive(&c->recvs, c->in_hdr.slot, c->in_hdr.bytes, &c->in_op)) {
         c->in_early = std::make_shared<ShmEarly>();
         c->in_early->data.resize(c->in_hdr.bytes);
         c->early[c->in_hdr.slot].push_back(c->in_early);

@@ -131,6 +131,22 @@ std::shared_ptr<T> pop_first(std::map<uint64_t, std::deque<std::shared_ptr<T>>>*
   return first;
 }
 
+// An arriving message (slot, bytes) meets the first receive posted for its
+// slot: true when there was one. *op is that receive, or null when its length
+// differs (it fails naming both lengths, and the message is dropped).
+template <typename Op>
+bool meet_receive(std::map<uint64_t, std::deque<std::shared_ptr<Op>>>* recvs, uint64_t slot, uint64_t bytes,
+                  std::shared_ptr<Op>* op) {
+  *op = pop_first(recvs, slot);
+  if (!*op) return false;
+  if ((*op)->bytes != bytes) {
+    (*op)->error = size_mismatch(bytes, (*op)->bytes);
+    (*op)->complete = true;
+    op->reset();
+  }
+  return true;
+}
+
 // A receive meets a message that arrived before it (Early: data, complete,
 // claimed): a length mismatch fails it, a whole message is copied, one still
 // arriving is claimed (finish_message completes it).

@@ -419,17 +419,11 @@ void TcpHub::fail_channel(TcpChannel* c, const std::string& why) {
 // made a 4 MiB allreduce on 2 simulated hosts 1.13x MPI's time; waiting, 1.00x
 // (median per-op times of 5-6 jobs each; docs/transport.md).
 bool TcpHub::place_arriving(TcpChannel* c) {
-  c->in_op = pop_first(&c->recvs, c->in_hdr.slot);
-  if (c->in_op) {
-    if (c->in_op->bytes != c->in_hdr.bytes) {
-      c->in_op->error = size_mismatch(c->in_hdr.bytes, c->in_op->bytes);
-      c->in_op->complete = true;
-      c->in_op.reset();  // drop the message
+  if (!meet_receive(&c->recvs, c->in_hdr.slot, c->in_hdr.bytes, &c->in_op)) {
+    if (c->sends.empty() && c->recvs.empty() && std::chrono::steady_clock::now() - c->parked_since < park_limit_ &&
+        queued_below(c->fd, kParkQueueBytes)) {
+      return false;
     }
-  } else if (c->sends.empty() && c->recvs.empty() && std::chrono::steady_clock::now() - c->parked_since < park_limit_ &&
-             queued_below(c->fd, kParkQueueBytes)) {
-    return false;
-  } else {
     c->in_early = std::make_shared<TcpEarly>(&spare_, c->in_hdr.bytes);
     c->early[c->in_hdr.slot].push_back(c->in_early);
     ++early_copies_;
