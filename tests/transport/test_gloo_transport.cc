@@ -435,10 +435,10 @@ TEST(GlooTransport, DirectTcpMessagesWaitInTheSocketForTheirReceive) {
   {
     std::shared_ptr<tp::TcpHub> a, b;
     ASSERT_NO_FATAL_FAILURE(connect_tcp_hubs(std::chrono::seconds(60), &a, &b));
-    const std::vector<uint8_t> first = pattern(n, 1), second = pattern(n, 2);
+    std::vector<uint8_t> first = pattern(n, 1), second = pattern(n, 2);
     int small = 77;
     tp::RequestPtr s1, s2, s3;
-    ASSERT_TRUE(a->post(true, const_cast<uint8_t*>(first.data()), n, 1, 1, 1, 1, &s1).ok());
+    ASSERT_TRUE(a->post(true, first.data(), n, 1, 1, 1, 1, &s1).ok());
     ASSERT_TRUE(s1->wait(std::chrono::seconds(5)).ok());  // eager: written with no receive
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
     while (std::chrono::steady_clock::now() < until) b->poll();  // it has arrived and waits
@@ -451,7 +451,7 @@ TEST(GlooTransport, DirectTcpMessagesWaitInTheSocketForTheirReceive) {
     EXPECT_EQ(b->early_copies(), 0u);  // straight from the socket
     // A message for slot 2 with no receive, then one for slot 3 whose receive
     // is posted: the first is copied out of the way.
-    ASSERT_TRUE(a->post(true, const_cast<uint8_t*>(second.data()), n, 1, 1, 2, 2, &s2).ok());
+    ASSERT_TRUE(a->post(true, second.data(), n, 1, 1, 2, 2, &s2).ok());
     ASSERT_TRUE(a->post(true, &small, sizeof(small), 1, 1, 3, 3, &s3).ok());
     int got = 0;
     ASSERT_TRUE(b->post(false, &got, sizeof(got), 0, 0, 3, 3, &r3).ok());

@@ -316,14 +316,7 @@ Status TcpHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
     } else if (send) {
       c->sends.push_back(op);
     } else if (std::shared_ptr<TcpEarly> e = pop_first(&c->early, slot)) {
-      if (e == c->in_early && e->data.size() == bytes) {
-        // Still arriving: the bytes so far, and the rest straight into buf.
-        if (c->in_done > 0) std::memcpy(op->buf, e->data.data(), c->in_done);
-        c->in_op = op;
-        c->in_early.reset();
-      } else {
-        receive_early(op, e.get());
-      }
+      receive_early(op, e.get());
     } else {
       c->recvs[slot].push_back(op);
     }

@@ -14,10 +14,9 @@
 // is read straight into its buffer; one whose receive is not yet posted waits
 // in the socket for a while (TcpHub::place_arriving: at most 200 us, and not
 // when that could hold anything up), then is read into a heap copy (recycled
-// buffers, no zero fill) that the next receive for its slot takes; a receive
-// posted while its message is arriving takes the bytes so far and the rest
-// goes straight into its buffer. A peer that closes its end (exits, is
-// killed) fails every request on the channel naming it. Set-up
+// buffers, no zero fill) that the next receive for its slot takes. A peer
+// that closes its end (exits, is killed) fails every request on the channel
+// naming it. Set-up
 // (GlooTransport, collective over the world): the lower rank of a pair
 // listens on the address of its Gloo device and sends the address and a
 // random token through the Gloo pair; the other connects and names itself
