@@ -425,6 +425,51 @@ std::vector<uint8_t> pattern(size_t n, int seed) {
 
 }  // namespace
 
+// A receive abandoned unfinished (its request destroyed) leaves no trace in
+// the hub: a message arriving later, with no receive posted, waits in the ring
+// for its own receive (no copy), as if the abandoned one had never been posted.
+// A receive for another slot, posted, does make it copied (the counter moves).
+TEST(GlooTransport, AnAbandonedReceiveLeavesArrivingMessagesInTheRing) {
+  std::shared_ptr<tp::ShmHub> a, b;
+  ASSERT_NO_FATAL_FAILURE(connect_hubs(std::chrono::milliseconds(20), &a, &b));
+  const size_t n = 4096;
+  int sink = 0, ping = 1;
+  {
+    std::vector<uint8_t> never(n);
+    tp::RequestPtr r;
+    ASSERT_TRUE(b->post(false, never.data(), n, 0, 0, 8, 8, &r).ok());
+  }  // destroyed unfinished: waits 20 ms, then abandons
+  std::vector<uint8_t> first = pattern(n, 3), second = pattern(n, 7);
+  std::vector<uint8_t> in(n, 0);
+  tp::RequestPtr s, poke, r;
+  ASSERT_TRUE(a->post(true, first.data(), n, 1, 1, 5, 5, &s, /*eager=*/true).ok());
+  ASSERT_TRUE(s->wait(std::chrono::seconds(5)).ok());  // in the ring
+  // b moves its channel (a send of its own) with no receive posted.
+  ASSERT_TRUE(b->post(true, &ping, sizeof(ping), 0, 0, 20, 20, &poke, /*eager=*/true).ok());
+  ASSERT_TRUE(poke->wait(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(b->early_copies(), 0u);
+  ASSERT_TRUE(b->post(false, in.data(), n, 0, 0, 5, 5, &r).ok());
+  ASSERT_TRUE(r->wait(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(in, first);
+  EXPECT_EQ(b->early_copies(), 0u);
+
+  // The same message with a receive for another slot posted: copied.
+  tp::RequestPtr other, s2, s9, r2;
+  ASSERT_TRUE(b->post(false, &sink, sizeof(sink), 0, 0, 9, 9, &other).ok());
+  ASSERT_TRUE(a->post(true, second.data(), n, 1, 1, 5, 5, &s2, /*eager=*/true).ok());
+  ASSERT_TRUE(s2->wait(std::chrono::seconds(5)).ok());
+  bool done = true;
+  ASSERT_TRUE(other->test(&done).ok());
+  EXPECT_FALSE(done);
+  EXPECT_EQ(b->early_copies(), 1u);
+  ASSERT_TRUE(b->post(false, in.data(), n, 0, 0, 5, 5, &r2).ok());
+  ASSERT_TRUE(r2->wait(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(in, second);
+  ASSERT_TRUE(a->post(true, &ping, sizeof(ping), 1, 1, 9, 9, &s9, /*eager=*/true).ok());
+  ASSERT_TRUE(other->wait(std::chrono::seconds(5)).ok());
+  EXPECT_EQ(sink, ping);
+}
+
 // Direct TCP (gloo_tcp_direct.h): a message whose receive is not yet posted
 // waits in the socket and then goes straight into its buffer, with no copy;
 // unless a receive for another slot is posted (the message may be in its way:

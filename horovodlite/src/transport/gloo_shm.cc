@@ -266,6 +266,9 @@ void ShmHub::abandon(const std::shared_ptr<ShmOp>& op) {
   if (r != c->recvs.end()) {
     auto it = std::find(r->second.begin(), r->second.end(), op);
     if (it != r->second.end()) r->second.erase(it);
+    // No empty queue left behind: progress_channel reads "no receive posted"
+    // as recvs.empty() and then leaves arriving messages in the ring.
+    if (r->second.empty()) c->recvs.erase(r);
   }
   for (auto it = c->revoked.begin(); it != c->revoked.end(); ++it) {
     if (it->second == op) {
@@ -277,6 +280,11 @@ void ShmHub::abandon(const std::shared_ptr<ShmOp>& op) {
   if (c->in_early && c->in_early->claimed == op) c->in_early->claimed.reset();
   op->complete = true;
   op->error = Status::Aborted("transport (gloo, shared memory): " + op->describe() + " was abandoned");
+}
+
+size_t ShmHub::early_copies() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return early_copies_;
 }
 
 void ShmHub::progress_locked() {
@@ -347,6 +355,7 @@ void ShmHub::progress_channel(ShmChannel* c) {
         c->in_early = std::make_shared<ShmEarly>();
         c->in_early->data.resize(c->in_hdr.bytes);
         c->early[c->in_hdr.slot].push_back(c->in_early);
+        ++early_copies_;
       }
     }
     const size_t n = std::min<uint64_t>(c->in_hdr.bytes - c->in_done, c->available());

@@ -95,6 +95,9 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
   void abandon(const std::shared_ptr<ShmOp>& op);
   bool peer_gone(int world_peer) const { return peer_gone_(world_peer); }
   std::chrono::milliseconds abandon_after() const { return abandon_after_; }
+  // Messages read out of a ring into a copy because their receive was not yet
+  // posted (the rest waited in the ring for it, or had it posted).
+  size_t early_copies() const;
 
  private:
   // Takes the mapped file of the pair (this rank, world_peer) as its channel.
@@ -109,6 +112,7 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
   std::chrono::milliseconds abandon_after_;
   mutable std::mutex mu_;
   std::map<int, std::unique_ptr<ShmChannel>> channels_;
+  size_t early_copies_ = 0;
 };
 
 }  // namespace transport
