@@ -218,6 +218,7 @@ Status Config::from_env(Config* out) {
   HVL_RETURN_IF_ERROR(read_bool("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
   HVL_RETURN_IF_ERROR(read_double("PEER_TIMEOUT_SECONDS", 0.0, 1e7, &c.peer_timeout_s));
   HVL_RETURN_IF_ERROR(read_bool("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets));
+  HVL_RETURN_IF_ERROR(read_bool("KEEP_FREED_MEMORY", &c.keep_freed_memory));
   for (auto [name, field] : {std::make_pair("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
                              std::make_pair("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather)}) {
     bool hierarchical = false;

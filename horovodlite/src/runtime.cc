@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "host_memory.h"
 #include "job_failure.h"
 #include "logging.h"
 #include "transport/world.h"
@@ -21,6 +22,8 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   std::shared_ptr<Runtime> rt(new Runtime());
   HVL_RETURN_IF_ERROR(Config::from_env(&rt->config_));
   set_log_level(rt->config_.log_level);
+  const FreedMemory freed = keep_freed_memory(rt->config_.keep_freed_memory);
+  HVL_LOG(kDebug, "freed host memory: " << freed_memory_name(freed));
   if (rt->config_.transport == Config::Transport::kGloo) {
     // A job without MPI: the world comes from the launcher's rendezvous store.
     if (options.mpi_comm != nullptr) {

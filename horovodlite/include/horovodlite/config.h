@@ -79,6 +79,15 @@ struct Config {
   // each host per host. Auto: from RING_THRESHOLD bytes of output up.
   Hierarchical hierarchical_allgather = Hierarchical::kAuto;
 
+  // KEEP_FREED_MEMORY (0/1, default 1): at init, glibc's malloc is told to keep
+  // the memory a process frees for its next allocations (no mmap for large
+  // blocks, no trimming: host_memory.h). A CPU training step frees and allocates
+  // again the same activations every step; returned to the kernel, each comes
+  // back as fresh pages (ResNet-50, batch 16: 0.4-0.8 million page faults a
+  // step and rank, a third of its time). 0 leaves malloc as it is; so do
+  // malloc settings of the user's own (GLIBC_TUNABLES glibc.malloc.*, MALLOC_*_).
+  bool keep_freed_memory = true;
+
   // ---- the autotuner (autotune/autotuner.h) ----
   // AUTOTUNE (0/1): Bayesian optimisation, during training, of FUSION_THRESHOLD,
   // CYCLE_TIME, EAGER_ALLREDUCE_BYTES and, on jobs over several hosts, the

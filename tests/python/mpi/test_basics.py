@@ -25,6 +25,37 @@ def test_second_init_is_noop():
     assert (hvd.rank(), hvd.size()) == before
 
 
+def _mallinfo2():
+    import ctypes
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = Mallinfo2
+    return libc.mallinfo2()
+
+
+def test_init_keeps_freed_memory_for_reuse():
+    """HOROVODLITE_KEEP_FREED_MEMORY (default 1): after hvd.init() a tensor
+    above glibc's largest mmap threshold (32 MiB) comes from the heap, not a
+    mapping of its own, and its memory stays with the process once freed: the
+    next step's activations reuse it instead of faulting in fresh pages."""
+    import torch
+
+    if os.environ.get("GLIBC_TUNABLES", "").find("glibc.malloc.") >= 0 or any(
+            v in os.environ for v in ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+                                      "MALLOC_TOP_PAD_", "HOROVODLITE_KEEP_FREED_MEMORY",
+                                      "HOROVOD_KEEP_FREED_MEMORY")):
+        pytest.skip("malloc settings of the environment's own")
+    mapped = _mallinfo2().hblks
+    t = torch.ones(12 << 20)  # 48 MiB of float32
+    assert _mallinfo2().hblks <= mapped  # (other threads may unmap older blocks meanwhile)
+    del t
+    assert _mallinfo2().arena >= 48 << 20  # freed, kept in the heap
+
+
 def test_build_flags():
     assert hvd.mpi_enabled() and hvd.mpi_built()
     # An mpirun job runs on MPI; the Gloo transport is built when libgloo-dev was found.
