@@ -14,7 +14,8 @@ namespace {
 // glibc's malloc parameters that a user may have set at start-up.
 bool user_tuned_malloc() {
   if (const char* t = std::getenv("GLIBC_TUNABLES")) {
-    if (std::strstr(t, "glibc.malloc.mmap_max") != nullptr || std::strstr(t, "glibc.malloc.mmap_threshold") != nullptr ||
+    if (std::strstr(t, "glibc.malloc.mmap_max") != nullptr ||
+        std::strstr(t, "glibc.malloc.mmap_threshold") != nullptr ||
         std::strstr(t, "glibc.malloc.trim_threshold") != nullptr || std::strstr(t, "glibc.malloc.top_pad") != nullptr) {
       return true;
     }

@@ -42,7 +42,8 @@ TEST(FreedMemory, KeptLargeBlocksComeFromTheHeapAndStayThere) {
   EXPECT_EXIT(
       {
         unsetenv("GLIBC_TUNABLES");
-        for (const char* v : {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"})
+        for (const char* v :
+             {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"})
           unsetenv(v);
         if (hvl::keep_freed_memory(true) != hvl::FreedMemory::kKept) std::_Exit(3);
         check_blocks(true);
