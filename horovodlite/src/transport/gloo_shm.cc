@@ -262,14 +262,9 @@ void ShmHub::abandon(const std::shared_ptr<ShmOp>& op) {
     }
     return;
   }
-  auto r = c->recvs.find(op->slot);
-  if (r != c->recvs.end()) {
-    auto it = std::find(r->second.begin(), r->second.end(), op);
-    if (it != r->second.end()) r->second.erase(it);
-    // No empty queue left behind: progress_channel reads "no receive posted"
-    // as recvs.empty() and then leaves arriving messages in the ring.
-    if (r->second.empty()) c->recvs.erase(r);
-  }
+  // (No empty queue left behind: progress_channel reads "no receive posted"
+  // as recvs.empty() and then leaves arriving messages in the ring.)
+  remove_queued(&c->recvs, op->slot, op);
   for (auto it = c->revoked.begin(); it != c->revoked.end(); ++it) {
     if (it->second == op) {
       c->revoked.erase(it);

@@ -131,6 +131,19 @@ std::shared_ptr<T> pop_first(std::map<uint64_t, std::deque<std::shared_ptr<T>>>*
   return first;
 }
 
+// Takes `entry` off its slot's queue, wherever it stands in it (a request
+// abandoned before its turn). As pop_first, a queue that empties leaves the map:
+// an empty map means nothing is posted.
+template <typename T>
+void remove_queued(std::map<uint64_t, std::deque<std::shared_ptr<T>>>* queues, uint64_t slot,
+                   const std::shared_ptr<T>& entry) {
+  auto it = queues->find(slot);
+  if (it == queues->end()) return;
+  auto at = std::find(it->second.begin(), it->second.end(), entry);
+  if (at != it->second.end()) it->second.erase(at);
+  if (it->second.empty()) queues->erase(it);
+}
+
 // An arriving message (slot, bytes) meets the first receive posted for its
 // slot: true when there was one. *op is that receive, or null when its length
 // differs (it fails naming both lengths, and the message is dropped).

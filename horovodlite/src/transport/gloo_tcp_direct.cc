@@ -355,16 +355,7 @@ void TcpHub::abandon(const std::shared_ptr<TcpOp>& op) {
     return;
   }
   if (c->in_op == op) c->in_op.reset();  // the rest of its message is dropped
-  auto q = c->recvs.find(op->slot);
-  if (q != c->recvs.end()) {
-    for (auto r = q->second.begin(); r != q->second.end(); ++r) {
-      if (*r == op) {
-        q->second.erase(r);
-        break;
-      }
-    }
-    if (q->second.empty()) c->recvs.erase(q);
-  }
+  remove_queued(&c->recvs, op->slot, op);
   if (c->in_early && c->in_early->claimed == op) c->in_early->claimed.reset();
   op->complete = true;
   op->error = Status::Aborted("transport (gloo, direct tcp): " + op->describe() + " was abandoned");
