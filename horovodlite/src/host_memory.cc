@@ -11,17 +11,24 @@ namespace horovodlite {
 
 namespace {
 
-// glibc's malloc parameters that a user may have set at start-up.
+// glibc's malloc parameters that a user may have set at start-up: each as its
+// environment variable and as its tunable (GLIBC_TUNABLES).
+constexpr struct {
+  const char* env;
+  const char* tunable;
+} kMallocSettings[] = {
+    {"MALLOC_MMAP_MAX_", "glibc.malloc.mmap_max"},
+    {"MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"},
+    {"MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold"},
+    {"MALLOC_TOP_PAD_", "glibc.malloc.top_pad"},
+};
+
 bool user_tuned_malloc() {
-  if (const char* t = std::getenv("GLIBC_TUNABLES")) {
-    if (std::strstr(t, "glibc.malloc.mmap_max") != nullptr ||
-        std::strstr(t, "glibc.malloc.mmap_threshold") != nullptr ||
-        std::strstr(t, "glibc.malloc.trim_threshold") != nullptr || std::strstr(t, "glibc.malloc.top_pad") != nullptr) {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  for (const auto& s : kMallocSettings) {
+    if (std::getenv(s.env) != nullptr || (tunables != nullptr && std::strstr(tunables, s.tunable) != nullptr)) {
       return true;
     }
-  }
-  for (const char* v : {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"}) {
-    if (std::getenv(v) != nullptr) return true;
   }
   return false;
 }

@@ -44,7 +44,7 @@ def test_init_keeps_freed_memory_for_reuse():
     next step's activations reuse it instead of faulting in fresh pages."""
     import torch
 
-    if os.environ.get("GLIBC_TUNABLES", "").find("glibc.malloc.") >= 0 or any(
+    if "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "") or any(
             v in os.environ for v in ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
                                       "MALLOC_TOP_PAD_", "HOROVODLITE_KEEP_FREED_MEMORY",
                                       "HOROVOD_KEEP_FREED_MEMORY")):
