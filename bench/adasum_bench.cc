@@ -3,15 +3,23 @@
 // see the same machine load; prints the median of each and the ratio
 // (the target in issue 28: Adasum >= 0.8x the speed of Sum at np 2 and 4).
 // --op sum or --op adasum times one op only (for pairing whole runs of each
-// from outside, e.g. with /usr/bin/time).
+// from outside, e.g. with /usr/bin/time). --huge-pages puts the input and
+// output on transparent huge pages (madvise MADV_HUGEPAGE, as PyTorch's
+// THP_MEM_ALLOC_ENABLE=1 does for its tensors): the same-host transfers pin
+// the sender's pages, and with 4 KiB pages that pinning costs about as much as
+// the copy (docs/adasum.md, "Huge pages").
 //
 //   source ci/env.sh; mpirun -np 2 build/bench/adasum_bench [--bytes N] [--rounds R] [--op both|sum|adasum]
+//   [--huge-pages]
 #include <mpi.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <cxxopts.hpp>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +31,34 @@ namespace hvl = horovodlite;
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// n floats, zeroed; on transparent huge pages when `huge` (2 MiB aligned,
+// advised before first touch). Never freed: the bench's two buffers live as
+// long as the process.
+float* buffer(int64_t n, bool huge) {
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float), page = size_t{2} << 20;
+  const size_t len = (bytes + page - 1) / page * page + page;
+  void* raw = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    std::perror("adasum_bench: mmap");
+    std::exit(1);
+  }
+  char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + page - 1) / page * page);
+  if (huge && madvise(p, len - page, MADV_HUGEPAGE) != 0) std::perror("adasum_bench: madvise(MADV_HUGEPAGE)");
+  std::memset(p, 0, bytes);
+  return reinterpret_cast<float*>(p);
+}
+
+// This process's memory on transparent huge pages, in KiB (smaps_rollup).
+long huge_kib() {
+  std::ifstream f("/proc/self/smaps_rollup");
+  std::string key;
+  long kib = 0;
+  while (f >> key) {
+    if (key == "AnonHugePages:" && (f >> kib)) return kib;
+  }
+  return -1;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -36,7 +72,8 @@ int main(int argc, char** argv) {
   opts.add_options()("bytes", "tensor size in bytes (float32)",
                      cxxopts::value<size_t>()->default_value(std::to_string(64u << 20)))(
       "rounds", "timed rounds of each op", cxxopts::value<int>()->default_value("10"))(
-      "op", "both, sum or adasum", cxxopts::value<std::string>()->default_value("both"))("h,help", "help");
+      "op", "both, sum or adasum", cxxopts::value<std::string>()->default_value("both"))(
+      "huge-pages", "input and output on transparent huge pages")("h,help", "help");
   auto args = opts.parse(argc, argv);
   if (args.count("help")) {
     std::puts(opts.help().c_str());
@@ -56,16 +93,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int rank = hvl::rank(), size = hvl::size();
-  std::vector<float> input(static_cast<size_t>(n)), output(static_cast<size_t>(n));
+  const bool huge = args.count("huge-pages") > 0;
+  float* input = buffer(n, huge);
+  float* output = buffer(n, huge);
   std::mt19937 gen(rank + 1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (float& x : input) x = dist(gen);
+  for (int64_t i = 0; i < n; ++i) input[i] = dist(gen);
 
   // One op, out of place (the input stays the same from round to round); the
   // slowest rank's time.
   auto once = [&](hvl::ReduceOp op, const char* name) {
-    hvl::TensorView in{input.data(), hvl::DataType::kFloat32, {n}};
-    hvl::TensorView out{output.data(), hvl::DataType::kFloat32, {n}};
+    hvl::TensorView in{input, hvl::DataType::kFloat32, {n}};
+    hvl::TensorView out{output, hvl::DataType::kFloat32, {n}};
     hvl::AllreduceOptions o;
     o.op = op;
     MPI_Barrier(MPI_COMM_WORLD);
@@ -91,6 +130,8 @@ int main(int argc, char** argv) {
     const double mib = static_cast<double>(n) * sizeof(float) / (1 << 20);
     std::printf("# adasum_bench: np=%d, %.1f MiB float32, %d rounds of %s, median of the slowest rank\n", size, mib,
                 rounds, run_sum && run_adasum ? "each (alternating)" : which.c_str());
+    std::printf("# buffers on %s pages (rank 0: %ld KiB of its memory on huge pages)\n",
+                huge ? "transparent huge" : "ordinary", huge_kib());
     if (run_sum)
       std::printf("sum    %9.2f ms  (min %.2f)\n", median(sum) * 1e3, *std::min_element(sum.begin(), sum.end()) * 1e3);
     if (run_adasum) {
