@@ -1,7 +1,12 @@
 #include "host_memory.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -57,6 +62,50 @@ const char* freed_memory_name(FreedMemory f) {
       return "as the C library decides (not glibc's malloc)";
   }
   return "?";
+}
+
+HostBuffer::HostBuffer(size_t bytes) {
+  if (bytes == 0) return;
+  const bool huge = bytes >= kHugePage;
+  const size_t align = huge ? kHugePage : static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t len = (bytes + align - 1) / align * align;
+  // Mapped with room to start on a 2 MiB boundary; the rest is given back.
+  const size_t mapped = huge ? len + kHugePage : len;
+  void* raw = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return;
+  char* start = static_cast<char*>(raw);
+  char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(start) + align - 1) / align * align);
+  if (p > start) munmap(start, static_cast<size_t>(p - start));
+  if (start + mapped > p + len) munmap(p + len, static_cast<size_t>(start + mapped - (p + len)));
+  data_ = p;
+  size_ = len;
+#if defined(MADV_HUGEPAGE)
+  if (huge) advised_ = madvise(p, len, MADV_HUGEPAGE) == 0;
+#endif
+}
+
+HostBuffer::~HostBuffer() { release(); }
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      advised_(std::exchange(other.advised_, false)) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    advised_ = std::exchange(other.advised_, false);
+  }
+  return *this;
+}
+
+void HostBuffer::release() {
+  if (data_ != nullptr) munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+  advised_ = false;
 }
 
 }  // namespace horovodlite

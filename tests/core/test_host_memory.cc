@@ -1,12 +1,21 @@
-// The freed-memory policy (host_memory.h), each case in a child process of its
-// own (a death test's fork), since it changes the process's malloc for good.
+// host_memory.h: the freed-memory policy, each case in a child process of its
+// own (a death test's fork), since it changes the process's malloc for good;
+// and HostBuffer (with the fusion buffer built on it), in this process.
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <utility>
 
 #include "host_memory.h"
+#include "ops/fusion.h"
 
 namespace hvl = horovodlite;
 
@@ -84,4 +93,117 @@ TEST(FreedMemory, TheUsersOwnMallocSettingsWin) {
         check_blocks(true);
       },
       testing::ExitedWithCode(0), "");
+}
+
+// ---- HostBuffer ----
+
+namespace {
+
+constexpr size_t kHuge = hvl::HostBuffer::kHugePage;
+
+// The kernel's transparent huge page mode (the bracketed word of
+// /sys/kernel/mm/transparent_hugepage/enabled); "" without THP.
+std::string thp_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  const size_t open = line.find('['), close = line.find(']');
+  return open == std::string::npos || close == std::string::npos ? "" : line.substr(open + 1, close - open - 1);
+}
+
+// A field of the mapping that holds `p`, from /proc/self/smaps ("" if absent).
+std::string smaps_field(const void* p, const std::string& field) {
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  bool in = false;
+  while (std::getline(f, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {
+      in = at >= lo && at < hi;
+    } else if (in && line.rfind(field + ":", 0) == 0) {
+      return line.substr(field.size() + 1);
+    }
+  }
+  return "";
+}
+
+// The process's mapped address space, in KiB (VmSize in /proc/self/status).
+long vm_size_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  long kib = -1;
+  while (f >> key) {
+    if (key == "VmSize:" && (f >> kib)) return kib;
+  }
+  return -1;
+}
+
+bool is_mapped(const void* p, size_t n) { return msync(const_cast<void*>(p), n, MS_ASYNC) == 0; }
+
+}  // namespace
+
+TEST(HostBuffer, LargeBuffersStartOnA2MiBBoundaryAdvisedOntoHugePages) {
+  if (thp_mode().empty()) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  const long before = vm_size_kib();
+  hvl::HostBuffer b((size_t{5} << 20) + 3);
+  ASSERT_NE(b.data(), nullptr);
+  // Only the buffer stays mapped: the slack mapped to find the 2 MiB boundary
+  // was given back.
+  EXPECT_EQ(vm_size_kib() - before, static_cast<long>(b.size() >> 10));
+  EXPECT_EQ(b.size(), size_t{6} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kHuge, 0u);
+  EXPECT_EQ(b.data()[0], 0);
+  EXPECT_TRUE(b.huge_pages_advised());
+  // The whole buffer is one mapping with the advice (VmFlags "hg").
+  EXPECT_NE((" " + smaps_field(b.data(), "VmFlags") + " ").find(" hg "), std::string::npos)
+      << "VmFlags:" << smaps_field(b.data(), "VmFlags");
+  EXPECT_EQ(smaps_field(b.data(), "Size"), smaps_field(b.data() + b.size() - 1, "Size"));
+  EXPECT_EQ(std::stoul(smaps_field(b.data(), "Size")), b.size() >> 10) << "the mapping holds more than the buffer";
+  if (thp_mode() != "never") {
+    EXPECT_EQ(std::stoi(smaps_field(b.data(), "THPeligible")), 1);
+  }
+  std::memset(b.data(), 7, b.size());
+  EXPECT_EQ(b.data()[b.size() - 1], 7);
+}
+
+TEST(HostBuffer, SmallBuffersArePageAlignedAndNotAdvised) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  hvl::HostBuffer b(100);
+  ASSERT_NE(b.data(), nullptr);
+  EXPECT_EQ(b.size(), page);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % page, 0u);
+  EXPECT_FALSE(b.huge_pages_advised());
+  EXPECT_EQ(b.data()[99], 0);
+  EXPECT_EQ(hvl::HostBuffer(0).data(), nullptr);
+}
+
+TEST(HostBuffer, MovingHandsTheMappingOverAndTheLastOwnerUnmapsIt) {
+  hvl::HostBuffer a(size_t{3} << 20);
+  char* p = a.data();
+  const size_t n = a.size();
+  ASSERT_NE(p, nullptr);
+  hvl::HostBuffer b(std::move(a));
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_EQ(b.data(), p);
+  hvl::HostBuffer c;
+  c = std::move(b);
+  EXPECT_EQ(c.data(), p);
+  EXPECT_TRUE(is_mapped(p, n));
+  c = hvl::HostBuffer();
+  EXPECT_EQ(c.data(), nullptr);
+  EXPECT_FALSE(is_mapped(p, n));
+}
+
+TEST(FusionBuffer, GrowsOntoHugePagesAndKeepsItsBufferForSmallerRequests) {
+  hvl::FusionBuffer f;
+  ASSERT_NE(f.get(100), nullptr);
+  EXPECT_GE(f.capacity(), 100u);
+  void* big = f.get(size_t{3} << 20);
+  ASSERT_NE(big, nullptr);
+  EXPECT_GE(f.capacity(), size_t{3} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big) % kHuge, 0u);
+  EXPECT_EQ(f.get(size_t{1} << 20), big);
+  EXPECT_EQ(f.get(f.capacity()), big);
 }

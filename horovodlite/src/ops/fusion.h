@@ -12,35 +12,31 @@
 #include <utility>
 #include <vector>
 
+#include "host_memory.h"
 #include "message.h"
 
 namespace horovodlite {
 
 struct TensorEntry;
 
-// A persistent, 64-byte aligned host buffer that only grows: no allocation per
-// operation in the steady state.
+// A persistent host buffer that only grows: no allocation per operation in the
+// steady state. Page aligned, and from 2 MiB up on transparent huge pages
+// (HostBuffer, host_memory.h): the ring sends fused tensors out of it, and the
+// peers' single copies pin its pages.
 class FusionBuffer {
  public:
   void* get(size_t bytes) {
-    if (bytes > capacity_) {
-      size_t cap = std::max(bytes, capacity_ * 2);
-      cap = (cap + 63) / 64 * 64;
-      void* p = std::aligned_alloc(64, cap);
-      if (p == nullptr) return nullptr;
-      data_.reset(static_cast<char*>(p));
-      capacity_ = cap;
+    if (bytes > buffer_.size()) {
+      HostBuffer grown(std::max(bytes, buffer_.size() * 2));
+      if (grown.data() == nullptr) return nullptr;
+      buffer_ = std::move(grown);
     }
-    return data_.get();
+    return buffer_.data();
   }
-  size_t capacity() const { return capacity_; }
+  size_t capacity() const { return buffer_.size(); }
 
  private:
-  struct Free {
-    void operator()(char* p) const { std::free(p); }
-  };
-  std::unique_ptr<char, Free> data_;
-  size_t capacity_ = 0;
+  HostBuffer buffer_;
 };
 
 // One tensor's copy into or out of a fusion buffer: `count` elements.

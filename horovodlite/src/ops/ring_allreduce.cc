@@ -18,6 +18,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "kernels/reduce.h"
 #include "mpi_context.h"
@@ -63,8 +64,6 @@ Status check_op_and_buffers(const void* in, const void* out, int64_t count, int6
 }
 
 }  // namespace
-
-void RingAllreduce::FreeDeleter::operator()(void* p) const { std::free(p); }
 
 RingAllreduce::RingAllreduce(transport::ContextPtr context, RingAllreduceOptions options)
     : context_(std::move(context)), options_(options) {
@@ -153,14 +152,14 @@ Status RingAllreduce::plan(int64_t count, int64_t esize) {
 }
 
 Status RingAllreduce::ensure_scratch(int64_t slot_bytes, int slots) {
-  if (scratch_ && slot_bytes <= scratch_slot_bytes_ && slots <= scratch_slots_) return Status::OK();
+  if (scratch_.data() != nullptr && slot_bytes <= scratch_slot_bytes_ && slots <= scratch_slots_) return Status::OK();
   slot_bytes = std::max(slot_bytes, scratch_slot_bytes_);
   const int64_t stride = (slot_bytes + 63) / 64 * 64;  // each slot cache-line aligned
-  void* p = nullptr;
-  if (posix_memalign(&p, 64, static_cast<size_t>(stride * slots)) != 0) {
+  HostBuffer grown(static_cast<size_t>(stride * slots));
+  if (grown.data() == nullptr) {
     return Status::Internal("RingAllreduce: cannot allocate " + std::to_string(stride * slots) + " bytes of scratch");
   }
-  scratch_.reset(static_cast<uint8_t*>(p));
+  scratch_ = std::move(grown);
   scratch_slot_bytes_ = stride;
   scratch_slots_ = slots;
   return Status::OK();
@@ -332,8 +331,9 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, const Wire& wire)
   const int64_t gather_sends_begin = send_step_start_[size_ - 1];
   const int right = mod(rank_ + 1, size_);
   const int left = mod(rank_ - 1, size_);
-  auto recv_slot = [&](int64_t k) { return scratch_.get() + (k % depth) * scratch_slot_bytes_; };
-  auto send_slot = [&](int64_t i) { return scratch_.get() + (depth + i % depth) * scratch_slot_bytes_; };
+  uint8_t* const slots = reinterpret_cast<uint8_t*>(scratch_.data());
+  auto recv_slot = [&](int64_t k) { return slots + (k % depth) * scratch_slot_bytes_; };
+  auto send_slot = [&](int64_t i) { return slots + (depth + i % depth) * scratch_slot_bytes_; };
   // Where receive k lands, and where send i leaves from.
   auto recv_dst = [&](int64_t k) {
     return staged || k < gather_begin ? recv_slot(k) : wire.values(out, recv_segments_[k]);

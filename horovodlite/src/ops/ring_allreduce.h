@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "horovodlite/common.h"
+#include "host_memory.h"
 #include "transport/transport.h"
 
 namespace horovodlite {
@@ -139,10 +140,10 @@ class RingAllreduce {
   std::vector<transport::RequestPtr> recv_requests_;
   std::vector<transport::RequestPtr> send_requests_;
   int64_t sends_posted_ = 0;  // sends are posted in index order
-  struct FreeDeleter {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<uint8_t, FreeDeleter> scratch_;
+  // The receive slots, then (staged) the send slots: a HostBuffer, so that
+  // 2 MiB of slots sit on one huge page, which a peer's single copy pins at
+  // once (host_memory.h).
+  HostBuffer scratch_;
   int64_t scratch_slot_bytes_ = 0;
   size_t op_bytes_ = 0;  // this op's buffer on the wire, for the transport's choice of protocol
   int scratch_slots_ = 0;
