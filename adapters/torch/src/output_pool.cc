@@ -1,8 +1,13 @@
 #include "horovodlite/torch/output_pool.h"
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "host_memory.h"
 
 namespace horovodlite {
 namespace torch {
@@ -14,6 +19,26 @@ at::Tensor on_storage(const c10::Storage& storage, const at::Tensor& like) {
   at::Tensor t = at::empty({0}, like.options().memory_format(c10::nullopt));
   t.set_(storage, 0, like.sizes());
   return t;
+}
+
+// A new contiguous CPU tensor like `like`. From HostBuffer::kHugePage up its
+// storage is a HostBuffer (host_memory.h: 2 MiB aligned, on transparent huge
+// pages), as the core's own buffers: the allgather sends the result out of
+// it, and a peer's single copy pins huge pages far faster than 4 KiB ones. The
+// storage stays resizable through LibTorch's CPU allocator.
+at::Tensor fresh_output(const at::Tensor& like, size_t nbytes) {
+  if (nbytes >= HostBuffer::kHugePage) {
+    auto buffer = std::make_unique<HostBuffer>(nbytes);
+    if (buffer->data() != nullptr) {
+      char* data = buffer->data();
+      c10::DataPtr ptr(
+          data, buffer.release(), [](void* ctx) { delete static_cast<HostBuffer*>(ctx); },
+          c10::Device(c10::DeviceType::CPU));
+      c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(ptr), c10::GetCPUAllocator(), true);
+      return on_storage(storage, like);
+    }
+  }
+  return at::empty(like.sizes(), like.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
 // Only the pool references it: no tensor, view or Python storage object does.
@@ -28,9 +53,10 @@ OutputPool& OutputPool::global() {
 
 at::Tensor OutputPool::take(const at::Tensor& like) {
   const size_t nbytes = static_cast<size_t>(like.numel()) * like.element_size();
-  if (!like.device().is_cpu() || nbytes < kMinBytes || nbytes > kMaxBytes) {
+  if (!like.device().is_cpu() || nbytes < kMinBytes) {
     return at::empty(like.sizes(), like.options().memory_format(at::MemoryFormat::Contiguous));
   }
+  if (nbytes > kMaxBytes) return fresh_output(like, nbytes);
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < storages_.size(); ++i) {
     if (storages_[i].nbytes() == nbytes && unused(storages_[i])) {
@@ -40,7 +66,7 @@ at::Tensor OutputPool::take(const at::Tensor& like) {
       return on_storage(s, like);
     }
   }
-  at::Tensor fresh = at::empty(like.sizes(), like.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor fresh = fresh_output(like, nbytes);
   // Make room by dropping unused storages, oldest first; storages in use stay
   // (they leave the pool only when free, so the bounds hold for what it owns).
   for (size_t i = 0; i < storages_.size() && (storages_.size() >= kMaxEntries || bytes_ + nbytes > kMaxBytes);) {

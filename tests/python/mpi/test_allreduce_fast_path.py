@@ -3,6 +3,9 @@ on storages the adapter pools (reused only once nothing references them), and
 fp16 compression converted by the core. Results must be those of Horovod's
 path: compress / allreduce / decompress, a fresh tensor per call."""
 
+import io
+import os
+
 import horovodlite.torch as hvd
 import pytest
 import torch
@@ -66,6 +69,43 @@ def test_result_shape_dtype_and_noncontiguous_input(size):
     expected = torch.arange(2 * N, dtype=torch.float64).reshape(2, N).t() * size + sum(range(size))
     assert torch.equal(out, expected)
     assert torch.equal(hvd.allreduce(x, name="pool.nc.avg"), expected / size)
+
+
+def _vm_flags(address):
+    """The VmFlags of the mapping that holds `address` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    return []
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
+                    reason="this kernel has no transparent huge pages")
+def test_large_results_sit_on_huge_page_storages(size):
+    # From 2 MiB up a result's storage is the adapter's own, 2 MiB aligned and
+    # advised onto huge pages (host_memory.h), and behaves as any other: right
+    # values, resizable, saved and loaded.
+    n = (5 << 19) + 7  # 2.5 MiB of float32 and a bit
+    x = torch.arange(n, dtype=torch.float32) + hvd.rank()
+    out = hvd.allreduce(x, name="pool.huge", op=hvd.Sum)
+    expected = torch.arange(n, dtype=torch.float32) * size + sum(range(size))
+    assert torch.equal(out, expected)
+    assert out.data_ptr() % (2 << 20) == 0
+    assert "hg" in _vm_flags(out.data_ptr()), _vm_flags(out.data_ptr())
+    buf = io.BytesIO()
+    torch.save(out, buf)
+    buf.seek(0)
+    assert torch.equal(torch.load(buf), expected)
+    out.resize_(n + 1000)
+    assert torch.equal(out[:n], expected)
+    small = hvd.allreduce(_input(0), name="pool.small", op=hvd.Sum)  # under 2 MiB: LibTorch's allocator
+    assert "hg" not in _vm_flags(small.data_ptr())
 
 
 def test_requires_grad_keeps_the_autograd_path(size):

@@ -7,7 +7,10 @@
 // outputs and hands one out again once nothing but the pool references it
 // (the caller has dropped every tensor and view on it). Each call gets a fresh
 // TensorImpl on the storage, so no autograd metadata, version counter or
-// aliasing carries over from one result to the next.
+// aliasing carries over from one result to the next. Storages of 2 MiB or more
+// are the adapter's own, on transparent huge pages (HostBuffer, the core's
+// host_memory.h): the peers' single copies of the result, the allgather's
+// sends, pin them far faster than 4 KiB pages.
 #pragma once
 
 #include <ATen/ATen.h>
