@@ -2,9 +2,9 @@
 // (Config::keep_freed_memory), and HostBuffer, the library's own buffers that
 // other processes copy out of.
 //
-// Freed memory. glibc's malloc returns freed memory to the kernel: blocks of at least its
-// mmap threshold (at most 32 MiB) are unmapped when freed, and the heap's free
-// top is trimmed beyond the trim threshold. A training step frees its
+// Freed memory. glibc's malloc returns freed memory to the kernel: blocks of
+// at least its mmap threshold (at most 32 MiB) are unmapped when freed, and the
+// heap's free top is trimmed beyond the trim threshold. A training step frees its
 // activations and allocates them again in the next step, so each comes back as
 // fresh pages, faulted in and zeroed one by one: ResNet-50 at batch 16 on the
 // CPU took 0.4-0.8 million minor faults per step and rank (1.5-3.2 GB), about a
