@@ -4,20 +4,18 @@
 // (the target in issue 28: Adasum >= 0.8x the speed of Sum at np 2 and 4).
 // --op sum or --op adasum times one op only (for pairing whole runs of each
 // from outside, e.g. with /usr/bin/time). --huge-pages puts the input and
-// output on transparent huge pages (madvise MADV_HUGEPAGE, as PyTorch's
-// THP_MEM_ALLOC_ENABLE=1 does for its tensors): the same-host transfers pin
+// output on transparent huge pages (the library's HostBuffer, advised
+// MADV_HUGEPAGE, as PyTorch's THP_MEM_ALLOC_ENABLE=1 does for its tensors): the same-host transfers pin
 // the sender's pages, and with 4 KiB pages that pinning costs about as much as
 // the copy (docs/adasum.md, "Huge pages").
 //
 //   source ci/env.sh; mpirun -np 2 build/bench/adasum_bench [--bytes N] [--rounds R] [--op both|sum|adasum]
 //   [--huge-pages]
 #include <mpi.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <cxxopts.hpp>
 #include <fstream>
 #include <random>
@@ -25,29 +23,13 @@
 #include <vector>
 
 #include "horovodlite/horovodlite.h"
+#include "host_memory.h"
 
 namespace hvl = horovodlite;
 
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// n floats, zeroed; on transparent huge pages when `huge` (2 MiB aligned,
-// advised before first touch). Never freed: the bench's two buffers live as
-// long as the process.
-float* buffer(int64_t n, bool huge) {
-  const size_t bytes = static_cast<size_t>(n) * sizeof(float), page = size_t{2} << 20;
-  const size_t len = (bytes + page - 1) / page * page + page;
-  void* raw = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) {
-    std::perror("adasum_bench: mmap");
-    std::exit(1);
-  }
-  char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + page - 1) / page * page);
-  if (huge && madvise(p, len - page, MADV_HUGEPAGE) != 0) std::perror("adasum_bench: madvise(MADV_HUGEPAGE)");
-  std::memset(p, 0, bytes);
-  return reinterpret_cast<float*>(p);
-}
 
 // This process's memory on transparent huge pages, in KiB (smaps_rollup).
 long huge_kib() {
@@ -73,7 +55,7 @@ int main(int argc, char** argv) {
                      cxxopts::value<size_t>()->default_value(std::to_string(64u << 20)))(
       "rounds", "timed rounds of each op", cxxopts::value<int>()->default_value("10"))(
       "op", "both, sum or adasum", cxxopts::value<std::string>()->default_value("both"))(
-      "huge-pages", "input and output on transparent huge pages")("h,help", "help");
+      "huge-pages", "input and output on transparent huge pages (from 2 MiB up)")("h,help", "help");
   auto args = opts.parse(argc, argv);
   if (args.count("help")) {
     std::puts(opts.help().c_str());
@@ -93,9 +75,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int rank = hvl::rank(), size = hvl::size();
+  // Ordinary pages: vectors; huge pages: the library's own HostBuffer
+  // (host_memory.h), 2 MiB aligned and advised before first touch.
   const bool huge = args.count("huge-pages") > 0;
-  float* input = buffer(n, huge);
-  float* output = buffer(n, huge);
+  std::vector<float> plain_in, plain_out;
+  hvl::HostBuffer huge_in, huge_out;
+  if (huge) {
+    huge_in = hvl::HostBuffer(static_cast<size_t>(n) * sizeof(float));
+    huge_out = hvl::HostBuffer(static_cast<size_t>(n) * sizeof(float));
+    if (huge_in.data() == nullptr || huge_out.data() == nullptr) {
+      std::fprintf(stderr, "adasum_bench: cannot map %lld bytes\n", static_cast<long long>(n) * 4);
+      return 1;
+    }
+  } else {
+    plain_in.resize(static_cast<size_t>(n));
+    plain_out.resize(static_cast<size_t>(n));
+  }
+  float* input = huge ? reinterpret_cast<float*>(huge_in.data()) : plain_in.data();
+  float* output = huge ? reinterpret_cast<float*>(huge_out.data()) : plain_out.data();
   std::mt19937 gen(rank + 1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (int64_t i = 0; i < n; ++i) input[i] = dist(gen);
