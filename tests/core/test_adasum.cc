@@ -99,7 +99,9 @@ TEST(Adasum, MatchesTheReferenceForEveryDtypeAndCount) {
   const int p = size();
   if (!power_of_two(p)) GTEST_SKIP() << "Adasum needs a power-of-two world";
   for (DataType d : kAdasumTypes) {
-    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{300001}}) {
+    // 2000003: more 256 KiB segments per half than the exchanges have slots
+    // (Adasum::kSegmentBytes, ops/adasum.cc), so every slot is reused.
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{300001}, int64_t{2000003}}) {
       std::vector<Vec> all;
       for (int r = 0; r < p; ++r) all.push_back(input_of(r, 0, n, d, 1.0));
       Buffer in(d, {n}), out(d, {n});

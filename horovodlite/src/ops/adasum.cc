@@ -29,9 +29,12 @@ namespace {
 constexpr int kTagData = 1;     // reduce-scatter: the partner's half
 constexpr int kTagScalars = 2;  // the group's dot products and norms
 constexpr int kTagGather = 3;   // allgather: the pieces of the result
+constexpr int kTagResend = 4;   // the last level at np 2: the partner's half again, for the combination
 // Receives posted ahead in the reduce-scatter: each segment is copied in just
 // before its dot products are computed, so it is read from cache.
 constexpr size_t kWindow = 2;
+// Slots each way of the np-2 exchanges (staged_exchange).
+constexpr int64_t kStagedSlots = 4;
 
 using adasum_kernels::combine;
 using adasum_kernels::dispatch;
@@ -109,8 +112,11 @@ void for_each_segment(int64_t begin, int64_t end, int64_t seg, bool forward, F f
 // One level's combination fused with the next exchange with `peer`, which runs
 // the same code: for each segment of [send_lo, send_hi) and of [keep_lo,
 // keep_hi) (two adjacent halves; cut from their starts every `seg` elements;
-// the half and segment order as `forward` says), make(lo, hi) writes it into
-// `data`, and then at once, while it is in cache, a segment to send goes to
+// the half and segment order as `forward` says), make(lo, hi, at) writes it
+// at `at` (data + lo elements; a segment to send, into one of `slots` slots of
+// send_ring where that is not null: it is not needed here afterwards, and the
+// peer's single copy out of a huge page pins one page and reads from cache),
+// and then at once, while it is in cache, a segment to send goes to
 // the peer and for a segment to keep the peer's values are received into
 // recv + (lo - keep_lo) elements and on_keep(lo, hi) runs. Receives are posted
 // `window` ahead, in the order the peer sends. recv == nullptr: the last
@@ -119,7 +125,7 @@ void for_each_segment(int64_t begin, int64_t end, int64_t seg, bool forward, F f
 template <typename Make, typename OnKeep>
 Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* recv, int64_t elem, int64_t send_lo,
                          int64_t send_hi, int64_t keep_lo, int64_t keep_hi, int64_t seg, bool forward, size_t window,
-                         Make make, OnKeep on_keep) {
+                         Make make, OnKeep on_keep, char* send_ring = nullptr, size_t slots = 0) {
   struct Piece {
     int64_t lo, hi;
     bool keep;
@@ -149,14 +155,19 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
       HVL_RETURN_IF_ERROR(wait(&recvs[kept++], "MPI_Irecv (Adasum)"));
       next_recv = std::max(next_recv, kept);
       if (posted < keeps.size()) HVL_RETURN_IF_ERROR(post_recv(posted++));
-      make(p.lo, p.hi);
+      make(p.lo, p.hi, data + p.lo * elem);
       on_keep(p.lo, p.hi);
       continue;
     }
-    make(p.lo, p.hi);
+    char* at = data + p.lo * elem;
+    if (send_ring != nullptr) {
+      const size_t k = sends.size();
+      if (k >= slots) HVL_RETURN_IF_ERROR(wait(&sends[k - slots], "MPI_Isend (Adasum)"));
+      at = send_ring + static_cast<int64_t>(k % slots) * seg * elem;
+    }
+    make(p.lo, p.hi, at);
     sends.emplace_back(MPI_REQUEST_NULL);
-    HVL_MPI_CHECK(MPI_Isend(data + p.lo * elem, static_cast<int>((p.hi - p.lo) * elem), MPI_BYTE, peer, tag, comm,
-                            &sends.back()));
+    HVL_MPI_CHECK(MPI_Isend(at, static_cast<int>((p.hi - p.lo) * elem), MPI_BYTE, peer, tag, comm, &sends.back()));
     // Progress for the transfers in flight (MPI moves data inside its calls).
     for (int done = 1; done && next_recv < posted;) {
       HVL_MPI_CHECK(MPI_Test(&recvs[next_recv], &done, MPI_STATUS_IGNORE));
@@ -168,6 +179,82 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
   return Status::OK();
 }
 
+// A pair's exchange of segments through huge-page slots (np 2): this rank
+// sends the segments `sends` of src (cut from their starts, in that order),
+// each copied first into one of `slots` slots of send_ring (the peer's single
+// copy then pins one page and reads from cache, where a copy out of the
+// caller's buffer pins 4 KiB pages and reads memory), and receives the peer's
+// segments `recvs` into slots of recv_ring, calling on_recv(lo, hi, slot) on
+// each in order as it arrives (the slot is reused after it returns). Both
+// sides' loops only test, never block, so neither waits on the other's slots.
+//
+// recv_base != nullptr: the peer's segments are stored instead, segment
+// [lo, hi) at recv_base + (lo - recv_lo) elements, recv_window of them in
+// flight (0: all).
+template <typename OnRecv>
+Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* send_ring, char* recv_ring,
+                       size_t slots, int64_t elem, int64_t seg, const std::vector<std::pair<int64_t, int64_t>>& sends,
+                       const std::vector<std::pair<int64_t, int64_t>>& recvs, OnRecv on_recv, char* recv_base = nullptr,
+                       int64_t recv_lo = 0, size_t recv_window = 0) {
+  const size_t nsend = sends.size(), nrecv = recvs.size();
+  const int64_t slot_bytes = seg * elem;
+  auto bytes_of = [&](const std::pair<int64_t, int64_t>& p) { return static_cast<int>((p.second - p.first) * elem); };
+  std::vector<MPI_Request> send_reqs(nsend, MPI_REQUEST_NULL), recv_reqs(nrecv, MPI_REQUEST_NULL);
+  size_t posted = 0, sent = 0, done = 0;
+  auto recv_at = [&](size_t i) {
+    return recv_base != nullptr ? recv_base + (recvs[i].first - recv_lo) * elem
+                                : recv_ring + static_cast<int64_t>(i % slots) * slot_bytes;
+  };
+  auto post_recv = [&]() {
+    HVL_MPI_CHECK(MPI_Irecv(recv_at(posted), bytes_of(recvs[posted]), MPI_BYTE, peer, tag, comm, &recv_reqs[posted]));
+    ++posted;
+    return Status::OK();
+  };
+  const size_t window = recv_base == nullptr ? slots : recv_window == 0 ? nrecv : recv_window;
+  while (posted < std::min(window, nrecv)) HVL_RETURN_IF_ERROR(post_recv());
+  auto idle_since = std::chrono::steady_clock::now();
+  int sleep_us = 2;
+  while (sent < nsend || done < nrecv) {
+    bool progress = false;
+    if (sent < nsend) {
+      int free_slot = 1;
+      if (sent >= slots) HVL_MPI_CHECK(MPI_Test(&send_reqs[sent - slots], &free_slot, MPI_STATUS_IGNORE));
+      if (free_slot) {
+        char* slot = send_ring + static_cast<int64_t>(sent % slots) * slot_bytes;
+        std::memcpy(slot, src + sends[sent].first * elem, static_cast<size_t>(bytes_of(sends[sent])));
+        HVL_MPI_CHECK(MPI_Isend(slot, bytes_of(sends[sent]), MPI_BYTE, peer, tag, comm, &send_reqs[sent]));
+        ++sent;
+        progress = true;
+      }
+    }
+    if (done < nrecv) {
+      int ready = 0;
+      HVL_MPI_CHECK(MPI_Test(&recv_reqs[done], &ready, MPI_STATUS_IGNORE));
+      if (ready) {
+        HVL_RETURN_IF_ERROR(on_recv(recvs[done].first, recvs[done].second, recv_at(done)));
+        ++done;
+        while (posted < std::min(done + window, nrecv)) HVL_RETURN_IF_ERROR(post_recv());
+        progress = true;
+      }
+    }
+    if (progress) {
+      idle_since = std::chrono::steady_clock::now();
+      sleep_us = 2;
+    } else if (std::chrono::steady_clock::now() - idle_since >= kSpin) {
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min(sleep_us * 2, kMaxSleepUs);
+    }
+  }
+  for (MPI_Request& r : send_reqs) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Isend (Adasum)"));
+  return Status::OK();
+}
+
+std::vector<std::pair<int64_t, int64_t>> segments(int64_t begin, int64_t end, int64_t seg, bool forward) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for_each_segment(begin, end, seg, forward, [&](int64_t lo, int64_t hi) { out.emplace_back(lo, hi); });
+  return out;
+}
+
 // [begin, end) of the tensors that overlap the element range [lo, hi), given
 // the tensors' start offsets (offsets[i], with offsets.back() the total).
 std::pair<size_t, size_t> tensors_in(const std::vector<int64_t>& offsets, int64_t lo, int64_t hi) {
@@ -175,6 +262,15 @@ std::pair<size_t, size_t> tensors_in(const std::vector<int64_t>& offsets, int64_
   size_t last = first;
   while (last + 1 < offsets.size() && offsets[last] < hi) ++last;
   return {first, last};
+}
+
+// At least `bytes` in *buf (its contents are not kept).
+Status reserve(HostBuffer* buf, size_t bytes) {
+  if (buf->size() >= bytes) return Status::OK();
+  *buf = HostBuffer();  // the old one goes first
+  *buf = HostBuffer(bytes);
+  if (buf->data() == nullptr) return Status::Internal("Adasum: cannot allocate " + std::to_string(bytes) + " bytes");
+  return Status::OK();
 }
 
 }  // namespace
@@ -213,14 +309,23 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   // The first level reads the input (so that an out-of-place run copies
   // nothing); later levels read what the previous one wrote into `out`.
   const char* src = static_cast<const char*>(in);
-  // Where the partner's values of the kept range land: out-of-place, the first
-  // level receives them into `out` (where the combination goes, in place:
-  // one buffer fewer to stream through); otherwise into scratch_, and at
-  // levels received while the previous level's are still read (see below),
-  // into scratch_ and scratch2_ in turn.
+  // Every value sent leaves from a slot of ring_ (a huge page; see
+  // staged_exchange): copied there first, or combined straight into it. Where
+  // the partner's values of the kept range go: at np 2, through slots too,
+  // twice (for the dot products, and sent again for the combination; nothing
+  // is stored). At larger sizes they are stored: out of place, the first level
+  // receives them into `out` (where the combination goes, in place); otherwise
+  // into scratch_, and at levels received while the previous level's are
+  // still read (see below), into scratch_ and scratch2_ in turn.
+  const bool staged = size_ == 2;
   const int64_t half = total - total / 2;
-  if (in == out || size_ > 2) scratch_.resize(static_cast<size_t>(half * elem));
-  if (size_ > 2) scratch2_.resize(static_cast<size_t>((half - half / 2) * elem));
+  HVL_RETURN_IF_ERROR(reserve(&ring_, static_cast<size_t>(2 * kStagedSlots * segment)));
+  if (!staged) {
+    HVL_RETURN_IF_ERROR(reserve(&scratch_, static_cast<size_t>(half * elem)));
+    HVL_RETURN_IF_ERROR(reserve(&scratch2_, static_cast<size_t>((half - half / 2) * elem)));
+  }
+  char* const send_ring = ring_.data();
+  char* const recv_ring = ring_.data() + kStagedSlots * segment;
   std::vector<Scalar> sums(3 * ntensors), received(3 * ntensors);
   const int64_t seg = segment / elem;
 
@@ -264,17 +369,28 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     const int64_t keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
     const int64_t send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
     parents.emplace_back(lo, hi);
-    if (!exchanged) {
+    if (staged) {  // np 2: into slots, for the dot products only
+      partials.assign(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg), {});
+      HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagData, src, send_ring, recv_ring, kStagedSlots, elem, seg,
+                                          segments(send_lo, send_hi, seg, true), segments(keep_lo, keep_hi, seg, true),
+                                          [&](int64_t plo, int64_t phi, const char* theirs) {
+                                            piece_dots(src, theirs, plo, plo, phi,
+                                                       &partials[static_cast<size_t>((plo - keep_lo) / seg)]);
+                                            return Status::OK();
+                                          }));
+    } else if (!exchanged) {
       theirs_base = src != data ? data + keep_lo * elem : scratch_.data();
       partials.assign(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg), {});
-      // Piece by piece as the partner's values arrive.
-      auto on_recv = [&](int64_t byte_off, int64_t bytes) {
-        const int64_t plo = keep_lo + byte_off / elem;
-        piece_dots(src, theirs_base, keep_lo, plo, plo + bytes / elem,
-                   &partials[static_cast<size_t>(byte_off / segment)]);
-      };
-      HVL_RETURN_IF_ERROR(exchange(comm_, partner, kTagData, src + send_lo * elem, (send_hi - send_lo) * elem,
-                                   theirs_base, (keep_hi - keep_lo) * elem, segment, kWindow, on_recv));
+      // Piece by piece as the partner's values arrive (stored: the
+      // combination reads them again).
+      HVL_RETURN_IF_ERROR(staged_exchange(
+          comm_, partner, kTagData, src, send_ring, recv_ring, kStagedSlots, elem, seg,
+          segments(send_lo, send_hi, seg, true), segments(keep_lo, keep_hi, seg, true),
+          [&](int64_t plo, int64_t phi, const char*) {
+            piece_dots(src, theirs_base, keep_lo, plo, phi, &partials[static_cast<size_t>((plo - keep_lo) / seg)]);
+            return Status::OK();
+          },
+          theirs_base, keep_lo, kWindow));
     }
     std::fill(sums.begin(), sums.end(), Scalar(0));
     for (const auto& piece : partials) {
@@ -303,20 +419,23 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       coefs[2 * t] = upper ? cb : ca;
       coefs[2 * t + 1] = upper ? ca : cb;
     }
-    auto combine_range = [&](int64_t rlo, int64_t rhi) {
+    // [rlo, rhi) combined into `at` (where element rlo goes), the partner's
+    // values read from `theirs` (its value of element rlo).
+    auto combine_into = [&](int64_t rlo, int64_t rhi, char* at, const char* theirs) {
       const auto [first, last] = tensors_in(offsets, rlo, rhi);
       for (size_t t = first; t < last; ++t) {
         const int64_t a = std::max(rlo, offsets[t]), b = std::min(rhi, offsets[t + 1]);
         if (a >= b) continue;
-        const char* mine = src + a * elem;
-        const char* theirs = theirs_base + (a - keep_lo) * elem;
         dispatch(dtype, [&](auto e) {
           using E = decltype(e);
           using T = typename E::T;
-          combine<E>(reinterpret_cast<T*>(data + a * elem), reinterpret_cast<const T*>(mine),
-                     reinterpret_cast<const T*>(theirs), b - a, coefs[2 * t], coefs[2 * t + 1]);
+          combine<E>(reinterpret_cast<T*>(at + (a - rlo) * elem), reinterpret_cast<const T*>(src + a * elem),
+                     reinterpret_cast<const T*>(theirs + (a - rlo) * elem), b - a, coefs[2 * t], coefs[2 * t + 1]);
         });
       }
+    };
+    auto combine_range = [&](int64_t rlo, int64_t rhi, char* at) {
+      combine_into(rlo, rhi, at, theirs_base + (rlo - keep_lo) * elem);
     };
     if (2 * d < size_) {
       // Fused with the next level's exchange (partner rank ^ 2d): the half of
@@ -335,11 +454,34 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
         piece_dots(data, theirs2, keep2_lo, plo, phi, &next_partials[static_cast<size_t>((plo - keep2_lo) / seg)]);
       };
       HVL_RETURN_IF_ERROR(make_and_exchange(comm_, rank_ ^ (2 * d), kTagData, data, theirs2, elem, send2_lo, send2_hi,
-                                            keep2_lo, keep2_hi, seg, !forward, kWindow, combine_range, on_keep));
+                                            keep2_lo, keep2_hi, seg, !forward, kWindow, combine_range, on_keep,
+                                            send_ring, kStagedSlots));
       partials.swap(next_partials);
       theirs_base = theirs2;
       exchanged = true;
       forward = !forward;
+    } else if (staged) {
+      // The partner's results land in `data`; each combined segment goes to
+      // it at once (the allgather's first step), while in cache.
+      const auto results = segments(send_lo, send_hi, seg, !forward);
+      std::vector<MPI_Request> results_in(results.size(), MPI_REQUEST_NULL), results_out;
+      for (size_t i = 0; i < results.size(); ++i) {
+        HVL_MPI_CHECK(MPI_Irecv(data + results[i].first * elem,
+                                static_cast<int>((results[i].second - results[i].first) * elem), MPI_BYTE, partner,
+                                kTagGather, comm_, &results_in[i]));
+      }
+      auto combine_and_send = [&](int64_t rlo, int64_t rhi, const char* theirs) {
+        combine_into(rlo, rhi, data + rlo * elem, theirs);
+        results_out.emplace_back(MPI_REQUEST_NULL);
+        return mpi_status(MPI_Isend(data + rlo * elem, static_cast<int>((rhi - rlo) * elem), MPI_BYTE, partner,
+                                    kTagGather, comm_, &results_out.back()),
+                          "MPI_Isend (Adasum)");
+      };
+      results_out.reserve(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg));
+      HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagResend, src, send_ring, recv_ring, kStagedSlots, elem,
+                                          seg, results, segments(keep_lo, keep_hi, seg, !forward), combine_and_send));
+      for (MPI_Request& r : results_in) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Irecv (Adasum)"));
+      for (MPI_Request& r : results_out) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Isend (Adasum)"));
     } else {
       // The last level: each segment is combined and at once sent to the
       // partner, as the first step of the allgather (whose partner is this
@@ -361,8 +503,9 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     const auto [plo, phi] = parents[static_cast<size_t>(level)];
     // The partner holds the other half of the parent range.
     const int64_t olo = lo == plo ? hi : plo, ohi = lo == plo ? phi : lo;
-    HVL_RETURN_IF_ERROR(exchange(comm_, partner, kTagGather, data + lo * elem, (hi - lo) * elem, data + olo * elem,
-                                 (ohi - olo) * elem, segment, 0, [](int64_t, int64_t) {}));
+    HVL_RETURN_IF_ERROR(staged_exchange(
+        comm_, partner, kTagGather, data, send_ring, nullptr, kStagedSlots, elem, seg, segments(lo, hi, seg, true),
+        segments(olo, ohi, seg, true), [](int64_t, int64_t, const char*) { return Status::OK(); }, data, 0));
     lo = plo;
     hi = phi;
   }

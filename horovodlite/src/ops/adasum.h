@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "horovodlite/common.h"
+#include "host_memory.h"
 #include "mpi_context.h"
 #include "ops/algorithm.h"
 #include "ops/fusion.h"
@@ -91,8 +92,11 @@ class Adasum {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
-  std::vector<char> scratch_;   // the partner's half at each level
-  std::vector<char> scratch2_;  // and at every other level from the second (see run())
+  // HostBuffers (huge pages where large): the partner's values are copied
+  // into them and read back, with fewer TLB misses than on 4 KiB pages.
+  HostBuffer scratch_;   // the partner's half at each level
+  HostBuffer scratch2_;  // and at every other level from the second (see run())
+  HostBuffer ring_;      // np 2: the slots the partner's values pass through
 };
 
 // Adasum as the allreduce algorithm for responses whose op is Adasum: packs
