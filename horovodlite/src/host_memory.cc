@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #if defined(__GLIBC__)
@@ -64,6 +66,28 @@ const char* freed_memory_name(FreedMemory f) {
   return "?";
 }
 
+namespace {
+
+// The live HostBuffers advised onto huge pages: start -> end. Never destroyed
+// (a buffer may be released after static destructors have run).
+std::mutex g_advised_mu;
+std::map<uintptr_t, uintptr_t>& advised_ranges() {
+  static auto* ranges = new std::map<uintptr_t, uintptr_t>();
+  return *ranges;
+}
+
+}  // namespace
+
+bool on_huge_pages(const void* p, size_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(g_advised_mu);
+  const auto& ranges = advised_ranges();
+  auto it = ranges.upper_bound(begin);
+  if (it == ranges.begin()) return false;
+  --it;
+  return begin >= it->first && begin + bytes <= it->second;
+}
+
 HostBuffer::HostBuffer(size_t bytes) {
   if (bytes == 0) return;
   const bool huge = bytes >= kHugePage;
@@ -82,6 +106,10 @@ HostBuffer::HostBuffer(size_t bytes) {
 #if defined(MADV_HUGEPAGE)
   if (huge) advised_ = madvise(p, len, MADV_HUGEPAGE) == 0;
 #endif
+  if (advised_) {
+    std::lock_guard<std::mutex> lock(g_advised_mu);
+    advised_ranges()[reinterpret_cast<uintptr_t>(p)] = reinterpret_cast<uintptr_t>(p) + len;
+  }
 }
 
 HostBuffer::~HostBuffer() { release(); }
@@ -102,6 +130,10 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
 }
 
 void HostBuffer::release() {
+  if (advised_) {
+    std::lock_guard<std::mutex> lock(g_advised_mu);
+    advised_ranges().erase(reinterpret_cast<uintptr_t>(data_));
+  }
   if (data_ != nullptr) munmap(data_, size_);
   data_ = nullptr;
   size_ = 0;

@@ -72,4 +72,9 @@ class HostBuffer {
   bool advised_ = false;
 };
 
+// Whether [p, p + bytes) lies inside one live HostBuffer that was advised onto
+// huge pages. Adasum sends such memory as it is and copies any other into a
+// HostBuffer first (ops/adasum.cc, staged_exchange).
+bool on_huge_pages(const void* p, size_t bytes);
+
 }  // namespace horovodlite

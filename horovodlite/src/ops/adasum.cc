@@ -200,6 +200,14 @@ Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* 
   const int64_t slot_bytes = seg * elem;
   auto bytes_of = [&](const std::pair<int64_t, int64_t>& p) { return static_cast<int>((p.second - p.first) * elem); };
   std::vector<MPI_Request> send_reqs(nsend, MPI_REQUEST_NULL), recv_reqs(nrecv, MPI_REQUEST_NULL);
+  // Already on huge pages (one of the library's buffers, e.g. a Python
+  // result): sent from where it is, the copy would only cost.
+  bool copy = nsend > 0;
+  if (copy) {
+    int64_t lo = sends[0].first, hi = sends[0].second;
+    for (const auto& p : sends) lo = std::min(lo, p.first), hi = std::max(hi, p.second);
+    copy = !on_huge_pages(src + lo * elem, static_cast<size_t>((hi - lo) * elem));
+  }
   size_t posted = 0, sent = 0, done = 0;
   auto recv_at = [&](size_t i) {
     return recv_base != nullptr ? recv_base + (recvs[i].first - recv_lo) * elem
@@ -218,10 +226,14 @@ Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* 
     bool progress = false;
     if (sent < nsend) {
       int free_slot = 1;
-      if (sent >= slots) HVL_MPI_CHECK(MPI_Test(&send_reqs[sent - slots], &free_slot, MPI_STATUS_IGNORE));
+      if (copy && sent >= slots) HVL_MPI_CHECK(MPI_Test(&send_reqs[sent - slots], &free_slot, MPI_STATUS_IGNORE));
       if (free_slot) {
-        char* slot = send_ring + static_cast<int64_t>(sent % slots) * slot_bytes;
-        std::memcpy(slot, src + sends[sent].first * elem, static_cast<size_t>(bytes_of(sends[sent])));
+        const char* slot = src + sends[sent].first * elem;
+        if (copy) {
+          char* to = send_ring + static_cast<int64_t>(sent % slots) * slot_bytes;
+          std::memcpy(to, slot, static_cast<size_t>(bytes_of(sends[sent])));
+          slot = to;
+        }
         HVL_MPI_CHECK(MPI_Isend(slot, bytes_of(sends[sent]), MPI_BYTE, peer, tag, comm, &send_reqs[sent]));
         ++sent;
         progress = true;
