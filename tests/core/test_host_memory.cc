@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "host_memory.h"
 #include "ops/fusion.h"
@@ -194,6 +195,26 @@ TEST(HostBuffer, MovingHandsTheMappingOverAndTheLastOwnerUnmapsIt) {
   c = hvl::HostBuffer();
   EXPECT_EQ(c.data(), nullptr);
   EXPECT_FALSE(is_mapped(p, n));
+}
+
+TEST(HostBuffer, OnHugePagesKnowsTheLiveAdvisedBuffersAndNothingElse) {
+  if (thp_mode().empty()) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  hvl::HostBuffer a(size_t{4} << 20), small(100);
+  ASSERT_TRUE(a.huge_pages_advised());
+  const char* p = a.data();
+  EXPECT_TRUE(hvl::on_huge_pages(p, a.size()));
+  EXPECT_TRUE(hvl::on_huge_pages(p + 4096, 256 << 10));
+  EXPECT_TRUE(hvl::on_huge_pages(p + a.size() - 1, 1));
+  EXPECT_FALSE(hvl::on_huge_pages(p, a.size() + 1)) << "runs past the end";
+  EXPECT_FALSE(hvl::on_huge_pages(p - 1, 2)) << "starts before it";
+  EXPECT_FALSE(hvl::on_huge_pages(small.data(), 10)) << "not advised";
+  std::vector<char> heap(size_t{4} << 20);
+  EXPECT_FALSE(hvl::on_huge_pages(heap.data(), heap.size()));
+  // Moved: still the same mapping; released: forgotten.
+  hvl::HostBuffer b(std::move(a));
+  EXPECT_TRUE(hvl::on_huge_pages(p, b.size()));
+  b = hvl::HostBuffer();
+  EXPECT_FALSE(hvl::on_huge_pages(p, 1));
 }
 
 TEST(FusionBuffer, GrowsOntoHugePagesAndKeepsItsBufferForSmallerRequests) {

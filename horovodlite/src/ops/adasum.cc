@@ -1,23 +1,19 @@
-// Adasum; see adasum.h for the algorithm and why it cannot lose precision.
-//
-// Messages. Every exchange is between a rank and one partner (r ^ d) on the
-// algorithm's own communicator, and both sides post their receives before
-// their sends and then wait for everything, so no exchange can wait on a third
-// rank. Three tags keep the phases apart: a rank that is done with one phase
-// may already send the next phase's messages to a peer still in the previous
-// one; within a tag, MPI's non-overtaking rule matches the segments in order.
+// Adasum; see adasum.h for the algorithm and why it cannot lose precision,
+// ops/adasum_exchange.h for the point-to-point patterns it is made of. Four
+// tags keep the phases apart: a rank that is done with one phase may already
+// send the next phase's messages to a peer still in the previous one; within a
+// tag, MPI's non-overtaking rule matches the segments in order.
 #include "ops/adasum.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <string>
-#include <thread>
 
 #include "kernels/half.h"
 #include "kernels/reduce.h"
 #include "op_util.h"
+#include "ops/adasum_exchange.h"
 #include "ops/adasum_kernels.h"
 #include "ops/fusion.h"
 #include "ops/outputs.h"
@@ -36,6 +32,11 @@ constexpr size_t kWindow = 2;
 // Slots each way of the np-2 exchanges (staged_exchange).
 constexpr int64_t kStagedSlots = 4;
 
+using adasum_exchange::exchange;
+using adasum_exchange::make_and_exchange;
+using adasum_exchange::segments;
+using adasum_exchange::staged_exchange;
+using adasum_exchange::wait;
 using adasum_kernels::combine;
 using adasum_kernels::dispatch;
 using adasum_kernels::dots;
@@ -43,229 +44,6 @@ using adasum_kernels::Scalar;
 
 // A zero vector's coefficient is 1 (its term vanishes; no 0/0).
 Scalar coefficient(Scalar dot, Scalar norm_sq) { return norm_sq > 0 ? 1 - dot / (2 * norm_sq) : Scalar(1); }
-
-// MPI_Test until done without a busy spin: polls for up to kSpin (a segment in
-// flight), then sleeps in growing steps (ranks may share cores).
-constexpr auto kSpin = std::chrono::microseconds(200);
-constexpr int kMaxSleepUs = 100;
-
-Status wait(MPI_Request* r, const char* what) {
-  const auto start = std::chrono::steady_clock::now();
-  int sleep_us = 2;
-  while (true) {
-    int done = 0;
-    HVL_MPI_CHECK_AS(MPI_Test(r, &done, MPI_STATUS_IGNORE), what);
-    if (done) return Status::OK();
-    if (std::chrono::steady_clock::now() - start < kSpin) continue;
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-    sleep_us = std::min(sleep_us * 2, kMaxSleepUs);
-  }
-}
-
-// Sends send_bytes from `send` to `peer` and receives recv_bytes from it into
-// `recv`, both split into messages of at most `segment` bytes (a multiple of
-// the element size); on_recv(offset, bytes) runs for each received piece in
-// order while the later ones are still in flight.
-template <typename OnRecv>
-Status exchange(MPI_Comm comm, int peer, int tag, const char* send, int64_t send_bytes, char* recv, int64_t recv_bytes,
-                int64_t segment, size_t window, OnRecv on_recv) {
-  const size_t nrecv = static_cast<size_t>((recv_bytes + segment - 1) / segment);
-  std::vector<MPI_Request> recvs(nrecv, MPI_REQUEST_NULL), sends;
-  auto post_recv = [&](size_t i) {
-    const int64_t off = static_cast<int64_t>(i) * segment;
-    return mpi_status(MPI_Irecv(recv + off, static_cast<int>(std::min(segment, recv_bytes - off)), MPI_BYTE, peer, tag,
-                                comm, &recvs[i]),
-                      "MPI_Irecv (Adasum)");
-  };
-  const size_t ahead = window == 0 ? nrecv : std::min(window, nrecv);
-  for (size_t i = 0; i < ahead; ++i) HVL_RETURN_IF_ERROR(post_recv(i));
-  for (int64_t off = 0; off < send_bytes; off += segment) {
-    sends.emplace_back();
-    HVL_MPI_CHECK(MPI_Isend(send + off, static_cast<int>(std::min(segment, send_bytes - off)), MPI_BYTE, peer, tag,
-                            comm, &sends.back()));
-  }
-  for (size_t i = 0; i < nrecv; ++i) {
-    HVL_RETURN_IF_ERROR(wait(&recvs[i], "MPI_Irecv (Adasum)"));
-    if (i + ahead < nrecv) HVL_RETURN_IF_ERROR(post_recv(i + ahead));
-    const int64_t off = static_cast<int64_t>(i) * segment;
-    on_recv(off, std::min(segment, recv_bytes - off));
-  }
-  for (MPI_Request& s : sends) HVL_RETURN_IF_ERROR(wait(&s, "MPI_Isend (Adasum)"));
-  return Status::OK();
-}
-
-// Calls f(lo, hi) for the segments of [begin, end) (cut from `begin` every
-// `seg` elements), first to last or last to first. A pass over a range is
-// followed by one the other way round: what the first pass touched last is
-// what the cache still holds.
-template <typename F>
-void for_each_segment(int64_t begin, int64_t end, int64_t seg, bool forward, F f) {
-  if (end <= begin) return;
-  const int64_t last = begin + (end - begin - 1) / seg * seg;
-  if (forward) {
-    for (int64_t lo = begin; lo <= last; lo += seg) f(lo, std::min(end, lo + seg));
-  } else {
-    for (int64_t lo = last; lo >= begin; lo -= seg) f(lo, std::min(end, lo + seg));
-  }
-}
-
-// One level's combination fused with the next exchange with `peer`, which runs
-// the same code: for each segment of [send_lo, send_hi) and of [keep_lo,
-// keep_hi) (two adjacent halves; cut from their starts every `seg` elements;
-// the half and segment order as `forward` says), make(lo, hi, at) writes it
-// at `at` (data + lo elements; a segment to send, into one of `slots` slots of
-// send_ring where that is not null: it is not needed here afterwards, and the
-// peer's single copy out of a huge page pins one page and reads from cache),
-// and then at once, while it is in cache, a segment to send goes to
-// the peer and for a segment to keep the peer's values are received into
-// recv + (lo - keep_lo) elements and on_keep(lo, hi) runs. Receives are posted
-// `window` ahead, in the order the peer sends. recv == nullptr: the last
-// level's first allgather step (the received segments are the peer's results,
-// into `data`; they are not waited for one by one).
-template <typename Make, typename OnKeep>
-Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* recv, int64_t elem, int64_t send_lo,
-                         int64_t send_hi, int64_t keep_lo, int64_t keep_hi, int64_t seg, bool forward, size_t window,
-                         Make make, OnKeep on_keep, char* send_ring = nullptr, size_t slots = 0) {
-  struct Piece {
-    int64_t lo, hi;
-    bool keep;
-  };
-  std::vector<Piece> order, keeps;
-  auto add = [&](int64_t b, int64_t e, bool keep) {
-    for_each_segment(b, e, seg, forward, [&](int64_t lo, int64_t hi) { order.push_back({lo, hi, keep}); });
-  };
-  const bool keep_first = recv != nullptr && forward == (keep_lo < send_lo);
-  add(keep_first ? keep_lo : send_lo, keep_first ? keep_hi : send_hi, keep_first);
-  add(keep_first ? send_lo : keep_lo, keep_first ? send_hi : keep_hi, !keep_first);
-  for (const Piece& p : order)
-    if (p.keep) keeps.push_back(p);
-  if (recv == nullptr) window = keeps.size();
-  std::vector<MPI_Request> recvs(keeps.size(), MPI_REQUEST_NULL), sends;
-  auto post_recv = [&](size_t i) {
-    char* at = recv != nullptr ? recv + (keeps[i].lo - keep_lo) * elem : data + keeps[i].lo * elem;
-    return mpi_status(
-        MPI_Irecv(at, static_cast<int>((keeps[i].hi - keeps[i].lo) * elem), MPI_BYTE, peer, tag, comm, &recvs[i]),
-        "MPI_Irecv (Adasum)");
-  };
-  size_t posted = 0, next_recv = 0, kept = 0;  // next_recv: the first receive not seen complete
-  for (; posted < std::min(window, keeps.size()); ++posted) HVL_RETURN_IF_ERROR(post_recv(posted));
-  for (const Piece& p : order) {
-    if (p.keep) {
-      if (recv == nullptr) break;  // the peer's results: waited for below
-      HVL_RETURN_IF_ERROR(wait(&recvs[kept++], "MPI_Irecv (Adasum)"));
-      next_recv = std::max(next_recv, kept);
-      if (posted < keeps.size()) HVL_RETURN_IF_ERROR(post_recv(posted++));
-      make(p.lo, p.hi, data + p.lo * elem);
-      on_keep(p.lo, p.hi);
-      continue;
-    }
-    char* at = data + p.lo * elem;
-    if (send_ring != nullptr) {
-      const size_t k = sends.size();
-      if (k >= slots) HVL_RETURN_IF_ERROR(wait(&sends[k - slots], "MPI_Isend (Adasum)"));
-      at = send_ring + static_cast<int64_t>(k % slots) * seg * elem;
-    }
-    make(p.lo, p.hi, at);
-    sends.emplace_back(MPI_REQUEST_NULL);
-    HVL_MPI_CHECK(MPI_Isend(at, static_cast<int>((p.hi - p.lo) * elem), MPI_BYTE, peer, tag, comm, &sends.back()));
-    // Progress for the transfers in flight (MPI moves data inside its calls).
-    for (int done = 1; done && next_recv < posted;) {
-      HVL_MPI_CHECK(MPI_Test(&recvs[next_recv], &done, MPI_STATUS_IGNORE));
-      if (done) ++next_recv;
-    }
-  }
-  for (MPI_Request& r : recvs) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Irecv (Adasum)"));
-  for (MPI_Request& s : sends) HVL_RETURN_IF_ERROR(wait(&s, "MPI_Isend (Adasum)"));
-  return Status::OK();
-}
-
-// A pair's exchange of segments through huge-page slots (np 2): this rank
-// sends the segments `sends` of src (cut from their starts, in that order),
-// each copied first into one of `slots` slots of send_ring (the peer's single
-// copy then pins one page and reads from cache, where a copy out of the
-// caller's buffer pins 4 KiB pages and reads memory), and receives the peer's
-// segments `recvs` into slots of recv_ring, calling on_recv(lo, hi, slot) on
-// each in order as it arrives (the slot is reused after it returns). Both
-// sides' loops only test, never block, so neither waits on the other's slots.
-//
-// recv_base != nullptr: the peer's segments are stored instead, segment
-// [lo, hi) at recv_base + (lo - recv_lo) elements, recv_window of them in
-// flight (0: all).
-template <typename OnRecv>
-Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* send_ring, char* recv_ring,
-                       size_t slots, int64_t elem, int64_t seg, const std::vector<std::pair<int64_t, int64_t>>& sends,
-                       const std::vector<std::pair<int64_t, int64_t>>& recvs, OnRecv on_recv, char* recv_base = nullptr,
-                       int64_t recv_lo = 0, size_t recv_window = 0) {
-  const size_t nsend = sends.size(), nrecv = recvs.size();
-  const int64_t slot_bytes = seg * elem;
-  auto bytes_of = [&](const std::pair<int64_t, int64_t>& p) { return static_cast<int>((p.second - p.first) * elem); };
-  std::vector<MPI_Request> send_reqs(nsend, MPI_REQUEST_NULL), recv_reqs(nrecv, MPI_REQUEST_NULL);
-  // Already on huge pages (one of the library's buffers, e.g. a Python
-  // result): sent from where it is, the copy would only cost.
-  bool copy = nsend > 0;
-  if (copy) {
-    int64_t lo = sends[0].first, hi = sends[0].second;
-    for (const auto& p : sends) lo = std::min(lo, p.first), hi = std::max(hi, p.second);
-    copy = !on_huge_pages(src + lo * elem, static_cast<size_t>((hi - lo) * elem));
-  }
-  size_t posted = 0, sent = 0, done = 0;
-  auto recv_at = [&](size_t i) {
-    return recv_base != nullptr ? recv_base + (recvs[i].first - recv_lo) * elem
-                                : recv_ring + static_cast<int64_t>(i % slots) * slot_bytes;
-  };
-  auto post_recv = [&]() {
-    HVL_MPI_CHECK(MPI_Irecv(recv_at(posted), bytes_of(recvs[posted]), MPI_BYTE, peer, tag, comm, &recv_reqs[posted]));
-    ++posted;
-    return Status::OK();
-  };
-  const size_t window = recv_base == nullptr ? slots : recv_window == 0 ? nrecv : recv_window;
-  while (posted < std::min(window, nrecv)) HVL_RETURN_IF_ERROR(post_recv());
-  auto idle_since = std::chrono::steady_clock::now();
-  int sleep_us = 2;
-  while (sent < nsend || done < nrecv) {
-    bool progress = false;
-    if (sent < nsend) {
-      int free_slot = 1;
-      if (copy && sent >= slots) HVL_MPI_CHECK(MPI_Test(&send_reqs[sent - slots], &free_slot, MPI_STATUS_IGNORE));
-      if (free_slot) {
-        const char* slot = src + sends[sent].first * elem;
-        if (copy) {
-          char* to = send_ring + static_cast<int64_t>(sent % slots) * slot_bytes;
-          std::memcpy(to, slot, static_cast<size_t>(bytes_of(sends[sent])));
-          slot = to;
-        }
-        HVL_MPI_CHECK(MPI_Isend(slot, bytes_of(sends[sent]), MPI_BYTE, peer, tag, comm, &send_reqs[sent]));
-        ++sent;
-        progress = true;
-      }
-    }
-    if (done < nrecv) {
-      int ready = 0;
-      HVL_MPI_CHECK(MPI_Test(&recv_reqs[done], &ready, MPI_STATUS_IGNORE));
-      if (ready) {
-        HVL_RETURN_IF_ERROR(on_recv(recvs[done].first, recvs[done].second, recv_at(done)));
-        ++done;
-        while (posted < std::min(done + window, nrecv)) HVL_RETURN_IF_ERROR(post_recv());
-        progress = true;
-      }
-    }
-    if (progress) {
-      idle_since = std::chrono::steady_clock::now();
-      sleep_us = 2;
-    } else if (std::chrono::steady_clock::now() - idle_since >= kSpin) {
-      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-      sleep_us = std::min(sleep_us * 2, kMaxSleepUs);
-    }
-  }
-  for (MPI_Request& r : send_reqs) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Isend (Adasum)"));
-  return Status::OK();
-}
-
-std::vector<std::pair<int64_t, int64_t>> segments(int64_t begin, int64_t end, int64_t seg, bool forward) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for_each_segment(begin, end, seg, forward, [&](int64_t lo, int64_t hi) { out.emplace_back(lo, hi); });
-  return out;
-}
 
 // [begin, end) of the tensors that overlap the element range [lo, hi), given
 // the tensors' start offsets (offsets[i], with offsets.back() the total).
