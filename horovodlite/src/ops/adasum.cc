@@ -99,9 +99,11 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   // The first level reads the input (so that an out-of-place run copies
   // nothing); later levels read what the previous one wrote into `out`.
   const char* src = static_cast<const char*>(in);
-  // Every value sent leaves from a slot of ring_ (a huge page; see
-  // staged_exchange): copied there first, or combined straight into it. Where
-  // the partner's values of the kept range go: at np 2, through slots too,
+  // What is sent leaves from a slot of ring_ (a huge page; see
+  // adasum_exchange.h): copied there first, or combined straight into it;
+  // memory already on huge pages is sent as it is, and so are the last
+  // level's results (from `data`, the allgather's first step, while in
+  // cache). Where the partner's values of the kept range go: at np 2, through slots too,
   // twice (for the dot products, and sent again for the combination; nothing
   // is stored). At larger sizes they are stored: out of place, the first level
   // receives them into `out` (where the combination goes, in place); otherwise
