@@ -1,5 +1,5 @@
 // Adasum; see adasum.h for the algorithm and why it cannot lose precision,
-// ops/adasum_exchange.h for the point-to-point patterns it is made of. Four
+// ops/adasum_exchange.h for the point-to-point patterns it is made of. Three
 // tags keep the phases apart: a rank that is done with one phase may already
 // send the next phase's messages to a peer still in the previous one; within a
 // tag, MPI's non-overtaking rule matches the segments in order.
@@ -25,11 +25,10 @@ namespace {
 constexpr int kTagData = 1;     // reduce-scatter: the partner's half
 constexpr int kTagScalars = 2;  // the group's dot products and norms
 constexpr int kTagGather = 3;   // allgather: the pieces of the result
-constexpr int kTagResend = 4;   // the last level at np 2: the partner's half again, for the combination
 // Receives posted ahead in the reduce-scatter: each segment is copied in just
 // before its dot products are computed, so it is read from cache.
 constexpr size_t kWindow = 2;
-// Slots each way of the np-2 exchanges (staged_exchange).
+// Send slots of the exchanges (adasum_exchange.h); as many for results.
 constexpr int64_t kStagedSlots = 4;
 
 using adasum_exchange::exchange;
@@ -100,24 +99,21 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   // nothing); later levels read what the previous one wrote into `out`.
   const char* src = static_cast<const char*>(in);
   // What is sent leaves from a slot of ring_ (a huge page; see
-  // adasum_exchange.h): copied there first, or combined straight into it;
-  // memory already on huge pages is sent as it is, and so are the last
-  // level's results (from `data`, the allgather's first step, while in
-  // cache). Where the partner's values of the kept range go: at np 2, through slots too,
-  // twice (for the dot products, and sent again for the combination; nothing
-  // is stored). At larger sizes they are stored: out of place, the first level
-  // receives them into `out` (where the combination goes, in place); otherwise
-  // into scratch_, and at levels received while the previous level's are
-  // still read (see below), into scratch_ and scratch2_ in turn.
-  const bool staged = size_ == 2;
+  // adasum_exchange.h): copied there first, or combined straight into it,
+  // unless it already sits on huge pages. The partner's values of the kept
+  // range are stored: out of place, the first level receives them into `out`
+  // (where the combination goes, in place); otherwise into scratch_, and at
+  // levels received while the previous level's are still read (see below),
+  // into scratch_ and scratch2_ in turn.
   const int64_t half = total - total / 2;
   HVL_RETURN_IF_ERROR(reserve(&ring_, static_cast<size_t>(2 * kStagedSlots * segment)));
-  if (!staged) {
-    HVL_RETURN_IF_ERROR(reserve(&scratch_, static_cast<size_t>(half * elem)));
-    HVL_RETURN_IF_ERROR(reserve(&scratch2_, static_cast<size_t>((half - half / 2) * elem)));
-  }
-  char* const send_ring = ring_.data();
-  char* const recv_ring = ring_.data() + kStagedSlots * segment;
+  if (in == out || size_ > 2) HVL_RETURN_IF_ERROR(reserve(&scratch_, static_cast<size_t>(half * elem)));
+  if (size_ > 2) HVL_RETURN_IF_ERROR(reserve(&scratch2_, static_cast<size_t>((half - half / 2) * elem)));
+  char* const send_ring = ring_.data();  // kStagedSlots slots
+  // Where the last level's results go from too (kStagedSlots slots), unless
+  // `data` (the output, or in place the buffer) is on huge pages already.
+  char* const result_ring =
+      on_huge_pages(data, static_cast<size_t>(total * elem)) ? nullptr : ring_.data() + kStagedSlots * segment;
   std::vector<Scalar> sums(3 * ntensors), received(3 * ntensors);
   const int64_t seg = segment / elem;
 
@@ -161,28 +157,16 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     const int64_t keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
     const int64_t send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
     parents.emplace_back(lo, hi);
-    if (staged) {  // np 2: into slots, for the dot products only
-      partials.assign(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg), {});
-      HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagData, src, send_ring, recv_ring, kStagedSlots, elem, seg,
-                                          segments(send_lo, send_hi, seg, true), segments(keep_lo, keep_hi, seg, true),
-                                          [&](int64_t plo, int64_t phi, const char* theirs) {
-                                            piece_dots(src, theirs, plo, plo, phi,
-                                                       &partials[static_cast<size_t>((plo - keep_lo) / seg)]);
-                                            return Status::OK();
-                                          }));
-    } else if (!exchanged) {
+    if (!exchanged) {
       theirs_base = src != data ? data + keep_lo * elem : scratch_.data();
       partials.assign(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg), {});
       // Piece by piece as the partner's values arrive (stored: the
       // combination reads them again).
       HVL_RETURN_IF_ERROR(staged_exchange(
-          comm_, partner, kTagData, src, send_ring, recv_ring, kStagedSlots, elem, seg,
-          segments(send_lo, send_hi, seg, true), segments(keep_lo, keep_hi, seg, true),
-          [&](int64_t plo, int64_t phi, const char*) {
+          comm_, partner, kTagData, src, send_ring, kStagedSlots, elem, seg, segments(send_lo, send_hi, seg, true),
+          segments(keep_lo, keep_hi, seg, true), theirs_base, keep_lo, kWindow, [&](int64_t plo, int64_t phi) {
             piece_dots(src, theirs_base, keep_lo, plo, phi, &partials[static_cast<size_t>((plo - keep_lo) / seg)]);
-            return Status::OK();
-          },
-          theirs_base, keep_lo, kWindow));
+          }));
     }
     std::fill(sums.begin(), sums.end(), Scalar(0));
     for (const auto& piece : partials) {
@@ -252,34 +236,13 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       theirs_base = theirs2;
       exchanged = true;
       forward = !forward;
-    } else if (staged) {
-      // The partner's results land in `data`; each combined segment goes to
-      // it at once (the allgather's first step), while in cache.
-      const auto results = segments(send_lo, send_hi, seg, !forward);
-      std::vector<MPI_Request> results_in(results.size(), MPI_REQUEST_NULL), results_out;
-      for (size_t i = 0; i < results.size(); ++i) {
-        HVL_MPI_CHECK(MPI_Irecv(data + results[i].first * elem,
-                                static_cast<int>((results[i].second - results[i].first) * elem), MPI_BYTE, partner,
-                                kTagGather, comm_, &results_in[i]));
-      }
-      auto combine_and_send = [&](int64_t rlo, int64_t rhi, const char* theirs) {
-        combine_into(rlo, rhi, data + rlo * elem, theirs);
-        results_out.emplace_back(MPI_REQUEST_NULL);
-        return mpi_status(MPI_Isend(data + rlo * elem, static_cast<int>((rhi - rlo) * elem), MPI_BYTE, partner,
-                                    kTagGather, comm_, &results_out.back()),
-                          "MPI_Isend (Adasum)");
-      };
-      results_out.reserve(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg));
-      HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagResend, src, send_ring, recv_ring, kStagedSlots, elem,
-                                          seg, results, segments(keep_lo, keep_hi, seg, !forward), combine_and_send));
-      for (MPI_Request& r : results_in) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Irecv (Adasum)"));
-      for (MPI_Request& r : results_out) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Isend (Adasum)"));
     } else {
       // The last level: each segment is combined and at once sent to the
       // partner, as the first step of the allgather (whose partner is this
       // level's), while it is still in cache.
-      HVL_RETURN_IF_ERROR(make_and_exchange(comm_, partner, kTagGather, data, nullptr, elem, keep_lo, keep_hi, send_lo,
-                                            send_hi, seg, !forward, 0, combine_range, [](int64_t, int64_t) {}));
+      HVL_RETURN_IF_ERROR(make_and_exchange(
+          comm_, partner, kTagGather, data, nullptr, elem, keep_lo, keep_hi, send_lo, send_hi, seg, !forward, 0,
+          combine_range, [](int64_t, int64_t) {}, result_ring, kStagedSlots));
     }
     src = data;
     lo = keep_lo;
@@ -295,9 +258,9 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     const auto [plo, phi] = parents[static_cast<size_t>(level)];
     // The partner holds the other half of the parent range.
     const int64_t olo = lo == plo ? hi : plo, ohi = lo == plo ? phi : lo;
-    HVL_RETURN_IF_ERROR(staged_exchange(
-        comm_, partner, kTagGather, data, send_ring, nullptr, kStagedSlots, elem, seg, segments(lo, hi, seg, true),
-        segments(olo, ohi, seg, true), [](int64_t, int64_t, const char*) { return Status::OK(); }, data, 0));
+    HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagGather, data, send_ring, kStagedSlots, elem, seg,
+                                        segments(lo, hi, seg, true), segments(olo, ohi, seg, true), data, 0, 0,
+                                        [](int64_t, int64_t) {}));
     lo = plo;
     hi = phi;
   }

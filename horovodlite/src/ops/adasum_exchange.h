@@ -106,8 +106,10 @@ void for_each_segment(int64_t begin, int64_t end, int64_t seg, bool forward, F f
 // the peer and for a segment to keep the peer's values are received into
 // recv + (lo - keep_lo) elements and on_keep(lo, hi) runs. Receives are posted
 // `window` ahead, in the order the peer sends. recv == nullptr: the last
-// level's first allgather step (the received segments are the peer's results,
-// into `data`; they are not waited for one by one).
+// level's first allgather step (the segments sent are results, made into
+// `data` and, with a send_ring, copied into a slot to go from there; the
+// received segments are the peer's results, into `data`; they are not waited
+// for one by one).
 template <typename Make, typename OnKeep>
 Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* recv, int64_t elem, int64_t send_lo,
                          int64_t send_hi, int64_t keep_lo, int64_t keep_hi, int64_t seg, bool forward, size_t window,
@@ -145,15 +147,20 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
       on_keep(p.lo, p.hi);
       continue;
     }
+    const size_t bytes = static_cast<size_t>((p.hi - p.lo) * elem);
     char* at = data + p.lo * elem;
+    char* slot = nullptr;
     if (send_ring != nullptr) {
       const size_t k = sends.size();
       if (k >= slots) HVL_RETURN_IF_ERROR(wait(&sends[k - slots], "MPI_Isend (Adasum)"));
-      at = send_ring + static_cast<int64_t>(k % slots) * seg * elem;
+      slot = send_ring + static_cast<int64_t>(k % slots) * seg * elem;
+      if (recv != nullptr) at = slot;  // only sent
     }
     make(p.lo, p.hi, at);
+    if (slot != nullptr && slot != at) std::memcpy(slot, at, bytes);  // a result: kept, and sent from the slot
     sends.emplace_back(MPI_REQUEST_NULL);
-    HVL_MPI_CHECK(MPI_Isend(at, static_cast<int>((p.hi - p.lo) * elem), MPI_BYTE, peer, tag, comm, &sends.back()));
+    HVL_MPI_CHECK(
+        MPI_Isend(slot != nullptr ? slot : at, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm, &sends.back()));
     // Progress for the transfers in flight (MPI moves data inside its calls).
     for (int done = 1; done && next_recv < posted;) {
       HVL_MPI_CHECK(MPI_Test(&recvs[next_recv], &done, MPI_STATUS_IGNORE));
@@ -165,47 +172,37 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
   return Status::OK();
 }
 
-// A pair's exchange of segments through huge-page slots: this rank sends the
-// segments `sends` of src (in that order), each copied first into one of
-// `slots` slots of send_ring (the peer's single copy then pins one page and
-// reads from cache, where a copy out of 4 KiB pages pins each and reads
-// memory; src already on huge pages, on_huge_pages, is sent as it is), and
-// receives the peer's segments `recvs` into slots of recv_ring, calling
-// on_recv(lo, hi, slot) on each in order as it arrives (the slot is reused
-// after it returns). One loop that only tests drives both directions, so
-// neither side waits on the other's slots.
-//
-// recv_base != nullptr: the peer's segments are stored instead, segment
-// [lo, hi) at recv_base + (lo - recv_lo) elements, recv_window of them in
-// flight (0: all).
+// A pair's exchange of segments: this rank sends the segments `sends` of src
+// (in that order), each copied first into one of `slots` slots of send_ring
+// (the peer's single copy then pins one page and reads from cache, where a copy
+// out of 4 KiB pages pins each and reads memory; src already on huge pages,
+// on_huge_pages, is sent as it is), and receives the peer's segments `recvs`
+// into recv_base + (lo - recv_lo) elements, `window` of them in flight (0:
+// all), calling on_recv(lo, hi) on each in order as it arrives. One loop that
+// only tests drives both directions, so neither side waits on the other.
 template <typename OnRecv>
-Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* send_ring, char* recv_ring,
-                       size_t slots, int64_t elem, int64_t seg, const std::vector<std::pair<int64_t, int64_t>>& sends,
-                       const std::vector<std::pair<int64_t, int64_t>>& recvs, OnRecv on_recv, char* recv_base = nullptr,
-                       int64_t recv_lo = 0, size_t recv_window = 0) {
+Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* send_ring, size_t slots, int64_t elem,
+                       int64_t seg, const std::vector<std::pair<int64_t, int64_t>>& sends,
+                       const std::vector<std::pair<int64_t, int64_t>>& recvs, char* recv_base, int64_t recv_lo,
+                       size_t window, OnRecv on_recv) {
   const size_t nsend = sends.size(), nrecv = recvs.size();
   const int64_t slot_bytes = seg * elem;
   auto bytes_of = [&](const std::pair<int64_t, int64_t>& p) { return static_cast<int>((p.second - p.first) * elem); };
   std::vector<MPI_Request> send_reqs(nsend, MPI_REQUEST_NULL), recv_reqs(nrecv, MPI_REQUEST_NULL);
-  // Already on huge pages (one of the library's buffers, e.g. a Python
-  // result): sent from where it is, the copy would only cost.
   bool copy = nsend > 0;
   if (copy) {
     int64_t lo = sends[0].first, hi = sends[0].second;
     for (const auto& p : sends) lo = std::min(lo, p.first), hi = std::max(hi, p.second);
     copy = !on_huge_pages(src + lo * elem, static_cast<size_t>((hi - lo) * elem));
   }
+  if (window == 0) window = nrecv;
   size_t posted = 0, sent = 0, done = 0;
-  auto recv_at = [&](size_t i) {
-    return recv_base != nullptr ? recv_base + (recvs[i].first - recv_lo) * elem
-                                : recv_ring + static_cast<int64_t>(i % slots) * slot_bytes;
-  };
   auto post_recv = [&]() {
-    HVL_MPI_CHECK(MPI_Irecv(recv_at(posted), bytes_of(recvs[posted]), MPI_BYTE, peer, tag, comm, &recv_reqs[posted]));
+    HVL_MPI_CHECK(MPI_Irecv(recv_base + (recvs[posted].first - recv_lo) * elem, bytes_of(recvs[posted]), MPI_BYTE, peer,
+                            tag, comm, &recv_reqs[posted]));
     ++posted;
     return Status::OK();
   };
-  const size_t window = recv_base == nullptr ? slots : recv_window == 0 ? nrecv : recv_window;
   while (posted < std::min(window, nrecv)) HVL_RETURN_IF_ERROR(post_recv());
   auto idle_since = std::chrono::steady_clock::now();
   int sleep_us = 2;
@@ -215,13 +212,13 @@ Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* 
       int free_slot = 1;
       if (copy && sent >= slots) HVL_MPI_CHECK(MPI_Test(&send_reqs[sent - slots], &free_slot, MPI_STATUS_IGNORE));
       if (free_slot) {
-        const char* slot = src + sends[sent].first * elem;
+        const char* from = src + sends[sent].first * elem;
         if (copy) {
-          char* to = send_ring + static_cast<int64_t>(sent % slots) * slot_bytes;
-          std::memcpy(to, slot, static_cast<size_t>(bytes_of(sends[sent])));
-          slot = to;
+          char* slot = send_ring + static_cast<int64_t>(sent % slots) * slot_bytes;
+          std::memcpy(slot, from, static_cast<size_t>(bytes_of(sends[sent])));
+          from = slot;
         }
-        HVL_MPI_CHECK(MPI_Isend(slot, bytes_of(sends[sent]), MPI_BYTE, peer, tag, comm, &send_reqs[sent]));
+        HVL_MPI_CHECK(MPI_Isend(from, bytes_of(sends[sent]), MPI_BYTE, peer, tag, comm, &send_reqs[sent]));
         ++sent;
         progress = true;
       }
@@ -230,7 +227,7 @@ Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* 
       int ready = 0;
       HVL_MPI_CHECK(MPI_Test(&recv_reqs[done], &ready, MPI_STATUS_IGNORE));
       if (ready) {
-        HVL_RETURN_IF_ERROR(on_recv(recvs[done].first, recvs[done].second, recv_at(done)));
+        on_recv(recvs[done].first, recvs[done].second);
         ++done;
         while (posted < std::min(done + window, nrecv)) HVL_RETURN_IF_ERROR(post_recv());
         progress = true;
