@@ -74,7 +74,7 @@ class HostBuffer {
 
 // Whether [p, p + bytes) lies inside one live HostBuffer that was advised onto
 // huge pages. Adasum sends such memory as it is and copies any other into a
-// HostBuffer first (ops/adasum.cc, staged_exchange).
+// HostBuffer first (ops/adasum_exchange.h).
 bool on_huge_pages(const void* p, size_t bytes);
 
 }  // namespace horovodlite

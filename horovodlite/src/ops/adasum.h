@@ -27,20 +27,17 @@
 // once for the dot products, once for the combination. Everything else is
 // arranged so that no third pass is needed. What is sent leaves from huge-page
 // slots (adasum_exchange.h: a peer's single copy out of them pins one page,
-// not 512). At np 2 the partner's values are not stored at all: they pass
-// through slots for the dot products and are sent again for the combination,
-// each segment combined as it arrives and sent at once as the allgather step.
-// At np >= 4 the first level stores them (out of place straight into `out`,
-// where the combination goes), received two segments ahead (kWindow), each
-// just before its dot products, so it is read from cache; the combination walks
-// the piece the other way round from the dot-product pass (whose end is what
-// the cache still holds); at the last level each combined segment is sent at
-// once as the first allgather step, and at the other levels the combination is
-// fused with the next level's exchange: each segment of the half sent next is
-// combined into a send slot and sent, each segment of the half kept is combined
-// as the next partner's segment arrives and its dot products computed at once,
-// all while in cache. The float32 kernels prefetch 4 KiB ahead
-// (adasum_kernels.cc).
+// not 512). The partner's segments are received two ahead (kWindow), each just
+// before its dot products, so it is read from cache; out of place, the first
+// level receives them straight into `out` (where the combination goes); the
+// combination walks the piece the other way round from the dot-product pass
+// (whose end is what the cache still holds); at the last level each combined
+// segment is sent at once as the first allgather step, and at the other levels
+// (np >= 4) the combination is fused with the next level's exchange: each
+// segment of the half sent next is combined into a send slot and sent, each
+// segment of the half kept is combined as the next partner's segment arrives
+// and its dot products computed at once, all while in cache. The float32
+// kernels prefetch 4 KiB ahead (adasum_kernels.cc).
 //
 // Per tensor: a fused buffer holds several tensors back to back, and each
 // tensor is combined with its own dot products (as Horovod does), so fusion
@@ -100,7 +97,7 @@ class Adasum {
   // into them and read back, with fewer TLB misses than on 4 KiB pages.
   HostBuffer scratch_;   // the partner's half at each level
   HostBuffer scratch2_;  // and at every other level from the second (see run())
-  HostBuffer ring_;      // np 2: the slots the partner's values pass through
+  HostBuffer ring_;      // the slots what is sent leaves from (adasum_exchange.h)
 };
 
 // Adasum as the allreduce algorithm for responses whose op is Adasum: packs
