@@ -30,21 +30,37 @@
 namespace horovodlite {
 namespace adasum_exchange {
 
-// MPI_Test until done without a busy spin: polls for up to kSpin (a segment in
-// flight), then sleeps in growing steps (ranks may share cores).
+// Polling without a busy spin: after progress, polls freely for up to kSpin
+// (a segment in flight), then sleeps in growing steps (ranks may share cores).
 constexpr auto kSpin = std::chrono::microseconds(200);
 constexpr int kMaxSleepUs = 100;
 
+class Backoff {
+ public:
+  void progressed() {
+    since_ = std::chrono::steady_clock::now();
+    sleep_us_ = 2;
+  }
+  // Nothing to do this time round.
+  void idle() {
+    if (std::chrono::steady_clock::now() - since_ < kSpin) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
+    sleep_us_ = std::min(sleep_us_ * 2, kMaxSleepUs);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
+  int sleep_us_ = 2;
+};
+
+// MPI_Test until done.
 inline Status wait(MPI_Request* r, const char* what) {
-  const auto start = std::chrono::steady_clock::now();
-  int sleep_us = 2;
+  Backoff backoff;
   while (true) {
     int done = 0;
     HVL_MPI_CHECK_AS(MPI_Test(r, &done, MPI_STATUS_IGNORE), what);
     if (done) return Status::OK();
-    if (std::chrono::steady_clock::now() - start < kSpin) continue;
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-    sleep_us = std::min(sleep_us * 2, kMaxSleepUs);
+    backoff.idle();
   }
 }
 
@@ -204,8 +220,7 @@ Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* 
     return Status::OK();
   };
   while (posted < std::min(window, nrecv)) HVL_RETURN_IF_ERROR(post_recv());
-  auto idle_since = std::chrono::steady_clock::now();
-  int sleep_us = 2;
+  Backoff backoff;
   while (sent < nsend || done < nrecv) {
     bool progress = false;
     if (sent < nsend) {
@@ -234,11 +249,9 @@ Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* 
       }
     }
     if (progress) {
-      idle_since = std::chrono::steady_clock::now();
-      sleep_us = 2;
-    } else if (std::chrono::steady_clock::now() - idle_since >= kSpin) {
-      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-      sleep_us = std::min(sleep_us * 2, kMaxSleepUs);
+      backoff.progressed();
+    } else {
+      backoff.idle();
     }
   }
   for (MPI_Request& r : send_reqs) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Isend (Adasum)"));
