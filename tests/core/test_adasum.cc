@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "horovodlite/horovodlite.h"
+#include "ops/adasum.h"
+#include "ops/adasum_exchange.h"
 #include "test_util.h"
 
 namespace {
@@ -57,11 +59,14 @@ Vec reference(std::vector<Vec> v) {
 // (so that the reference starts from what the rank sends).
 Vec input_of(int rank, int t, int64_t n, DataType dtype, double scale) {
   std::mt19937_64 gen(1000 * rank + t + 7);
-  std::normal_distribution<double> dist(0.0, scale);
   Buffer b(dtype, {n});
   // Correlated across ranks (a shared part plus a rank's own), as gradients are.
+  // One distribution per engine: a normal_distribution keeps the second value of
+  // each pair it draws, so one object shared by both would hand the shared
+  // engine's values to every rank.
   std::mt19937_64 shared(t + 99);
-  for (int64_t i = 0; i < n; ++i) b.set(i, dist(shared) * 0.7 + dist(gen));
+  std::normal_distribution<double> common(0.0, scale), own(0.0, scale);
+  for (int64_t i = 0; i < n; ++i) b.set(i, common(shared) * 0.7 + own(gen));
   Vec v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = b.get(i);
   return v;
@@ -114,6 +119,53 @@ TEST(Adasum, MatchesTheReferenceForEveryDtypeAndCount) {
       EXPECT_TRUE(in.bitwise_equal(out)) << name;
     }
   }
+}
+
+// Each op picks plain or streaming stores for the slots it sends from, from a
+// timing (ops/adasum_exchange.h, SlotStores); both must give the same bits.
+TEST(Adasum, StreamingAndPlainSlotStoresGiveTheSameBits) {
+  const int p = size();
+  if (!power_of_two(p)) GTEST_SKIP() << "Adasum needs a power-of-two world";
+  struct Reset {
+    ~Reset() { Adasum::force_slot_stores_for_testing(-1); }
+  } reset;
+  for (DataType d : kAdasumTypes) {
+    const int64_t n = 2000003;  // every slot reused (see above)
+    Buffer in(d, {n});
+    const Vec mine = input_of(rank(), 3, n, d, 1.0);
+    for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(mine[static_cast<size_t>(i)]));
+    std::vector<Buffer> outs;
+    outs.reserve(3);
+    for (int mode : {0, 1, -1}) {
+      Adasum::force_slot_stores_for_testing(mode);
+      outs.emplace_back(d, std::vector<int64_t>{n});
+      const std::string name = std::string("adasum.stores.") + dtype_name(d) + "." + std::to_string(mode);
+      HVL_ASSERT_OK(allreduce_async(name, in.view(), outs.back().view(), {ReduceOp::kAdasum})->wait());
+    }
+    EXPECT_TRUE(outs[1].bitwise_equal(outs[0])) << dtype_name(d) << ": streaming against plain stores";
+    EXPECT_TRUE(outs[2].bitwise_equal(outs[0])) << dtype_name(d) << ": measured against plain stores";
+    if (p > 1) {
+      EXPECT_FALSE(outs[0].bitwise_equal(in)) << dtype_name(d) << ": the output was never written";
+    }
+  }
+}
+
+// The decision behind streaming stores: the average log ratio of a slot's
+// rewrite to its first write over the ops, far above 1.25.
+TEST(Adasum, PlacementTurnsFarOnSustainedSlowRewritesOnly) {
+  adasum_exchange::Placement near;
+  EXPECT_FALSE(near.far()) << "nothing measured yet";
+  for (double r : {0.7, 0.5, 0.9, 1.1, 0.6}) near.add(r);
+  EXPECT_FALSE(near.far()) << "rewrites as fast as first writes";
+  near.add(8.0);  // one op's outlier (a rank preempted while it rewrote)
+  EXPECT_FALSE(near.far()) << "one slow op among fast ones";
+  adasum_exchange::Placement far;
+  far.add(3.0);
+  EXPECT_TRUE(far.far()) << "the first op decides alone";
+  for (double r : {2.0, 0.9, 5.0, 1.5, 0.9, 3.0}) far.add(r);
+  EXPECT_TRUE(far.far()) << "a far peer, with some ops' peers sharing the core";
+  for (int i = 0; i < 20; ++i) far.add(0.7);
+  EXPECT_FALSE(far.far()) << "the peer's core came near again";
 }
 
 TEST(Adasum, FusedTensorsAreCombinedEachWithItsOwnDotProducts) {

@@ -6,6 +6,7 @@
 #include "ops/adasum.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -62,7 +63,11 @@ Status reserve(HostBuffer* buf, size_t bytes) {
   return Status::OK();
 }
 
+std::atomic<int> g_forced_slot_stores{-1};
+
 }  // namespace
+
+void Adasum::force_slot_stores_for_testing(int mode) { g_forced_slot_stores = mode; }
 
 bool adasum_dtype(DataType dtype) {
   return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 || dtype == DataType::kFloat32 ||
@@ -114,8 +119,14 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   // `data` (the output, or in place the buffer) is on huge pages already.
   char* const result_ring =
       on_huge_pages(data, static_cast<size_t>(total * elem)) ? nullptr : ring_.data() + kStagedSlots * segment;
+  // The allgather's sends (from `data`, where not on huge pages) go from those
+  // slots too: the op's last slot writes, which a peer may still cache when
+  // the next op's first exchange measures the send slots (SlotStores).
+  char* const gather_ring = ring_.data() + kStagedSlots * segment;
   std::vector<Scalar> sums(3 * ntensors), received(3 * ntensors);
   const int64_t seg = segment / elem;
+  // Plain or streaming stores into the slots, as measured in this op.
+  adasum_exchange::SlotStores stores(g_forced_slot_stores.load(std::memory_order_relaxed), &placement_);
 
   // Partial (a.b, |a|^2, |b|^2) per tensor of each segment of the kept range,
   // kept per segment: they are computed in whichever order the segments come
@@ -162,11 +173,12 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       partials.assign(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg), {});
       // Piece by piece as the partner's values arrive (stored: the
       // combination reads them again).
-      HVL_RETURN_IF_ERROR(staged_exchange(
-          comm_, partner, kTagData, src, send_ring, kStagedSlots, elem, seg, segments(send_lo, send_hi, seg, true),
-          segments(keep_lo, keep_hi, seg, true), theirs_base, keep_lo, kWindow, [&](int64_t plo, int64_t phi) {
-            piece_dots(src, theirs_base, keep_lo, plo, phi, &partials[static_cast<size_t>((plo - keep_lo) / seg)]);
-          }));
+      HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagData, src, send_ring, kStagedSlots, &stores, elem, seg,
+                                          segments(send_lo, send_hi, seg, true), segments(keep_lo, keep_hi, seg, true),
+                                          theirs_base, keep_lo, kWindow, [&](int64_t plo, int64_t phi) {
+                                            piece_dots(src, theirs_base, keep_lo, plo, phi,
+                                                       &partials[static_cast<size_t>((plo - keep_lo) / seg)]);
+                                          }));
     }
     std::fill(sums.begin(), sums.end(), Scalar(0));
     for (const auto& piece : partials) {
@@ -197,7 +209,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     }
     // [rlo, rhi) combined into `at` (where element rlo goes), the partner's
     // values read from `theirs` (its value of element rlo).
-    auto combine_into = [&](int64_t rlo, int64_t rhi, char* at, const char* theirs) {
+    auto combine_into = [&](int64_t rlo, int64_t rhi, char* at, const char* theirs, bool stream) {
       const auto [first, last] = tensors_in(offsets, rlo, rhi);
       for (size_t t = first; t < last; ++t) {
         const int64_t a = std::max(rlo, offsets[t]), b = std::min(rhi, offsets[t + 1]);
@@ -206,12 +218,13 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
           using E = decltype(e);
           using T = typename E::T;
           combine<E>(reinterpret_cast<T*>(at + (a - rlo) * elem), reinterpret_cast<const T*>(src + a * elem),
-                     reinterpret_cast<const T*>(theirs + (a - rlo) * elem), b - a, coefs[2 * t], coefs[2 * t + 1]);
+                     reinterpret_cast<const T*>(theirs + (a - rlo) * elem), b - a, coefs[2 * t], coefs[2 * t + 1],
+                     stream);
         });
       }
     };
-    auto combine_range = [&](int64_t rlo, int64_t rhi, char* at) {
-      combine_into(rlo, rhi, at, theirs_base + (rlo - keep_lo) * elem);
+    auto combine_range = [&](int64_t rlo, int64_t rhi, char* at, bool stream) {
+      combine_into(rlo, rhi, at, theirs_base + (rlo - keep_lo) * elem, stream);
     };
     if (2 * d < size_) {
       // Fused with the next level's exchange (partner rank ^ 2d): the half of
@@ -230,7 +243,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
         piece_dots(data, theirs2, keep2_lo, plo, phi, &next_partials[static_cast<size_t>((plo - keep2_lo) / seg)]);
       };
       HVL_RETURN_IF_ERROR(make_and_exchange(comm_, rank_ ^ (2 * d), kTagData, data, theirs2, elem, send2_lo, send2_hi,
-                                            keep2_lo, keep2_hi, seg, !forward, kWindow, combine_range, on_keep,
+                                            keep2_lo, keep2_hi, seg, !forward, kWindow, combine_range, on_keep, &stores,
                                             send_ring, kStagedSlots));
       partials.swap(next_partials);
       theirs_base = theirs2;
@@ -242,7 +255,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       // level's), while it is still in cache.
       HVL_RETURN_IF_ERROR(make_and_exchange(
           comm_, partner, kTagGather, data, nullptr, elem, keep_lo, keep_hi, send_lo, send_hi, seg, !forward, 0,
-          combine_range, [](int64_t, int64_t) {}, result_ring, kStagedSlots));
+          combine_range, [](int64_t, int64_t) {}, &stores, result_ring, kStagedSlots));
     }
     src = data;
     lo = keep_lo;
@@ -258,7 +271,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     const auto [plo, phi] = parents[static_cast<size_t>(level)];
     // The partner holds the other half of the parent range.
     const int64_t olo = lo == plo ? hi : plo, ohi = lo == plo ? phi : lo;
-    HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagGather, data, send_ring, kStagedSlots, elem, seg,
+    HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagGather, data, gather_ring, kStagedSlots, &stores, elem, seg,
                                         segments(lo, hi, seg, true), segments(olo, ohi, seg, true), data, 0, 0,
                                         [](int64_t, int64_t) {}));
     lo = plo;

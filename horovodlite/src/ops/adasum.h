@@ -27,7 +27,8 @@
 // once for the dot products, once for the combination. Everything else is
 // arranged so that no third pass is needed. What is sent leaves from huge-page
 // slots (adasum_exchange.h: a peer's single copy out of them pins one page,
-// not 512). The partner's segments are received two ahead (kWindow), each just
+// not 512), written with streaming stores where the peers' cores are far
+// (measured op by op: SlotStores). The partner's segments are received two ahead (kWindow), each just
 // before its dot products, so it is read from cache; out of place, the first
 // level receives them straight into `out` (where the combination goes); the
 // combination walks the piece the other way round from the dot-product pass
@@ -65,6 +66,7 @@
 #include "horovodlite/common.h"
 #include "host_memory.h"
 #include "mpi_context.h"
+#include "ops/adasum_exchange.h"
 #include "ops/algorithm.h"
 #include "ops/fusion.h"
 
@@ -85,6 +87,11 @@ class Adasum {
   // Every rank passes the same counts and dtype.
   Status run(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype);
 
+  // For tests: how every op writes its send slots (adasum_exchange.h,
+  // SlotStores): 1 streaming stores, 0 plain ones, -1 (the default) as each
+  // op measures. Process-wide.
+  static void force_slot_stores_for_testing(int mode);
+
   // Bytes per point-to-point message (the exchange is split so that the dot
   // products of one piece are computed while the next is in flight).
   static constexpr int64_t kSegmentBytes = 256 << 10;
@@ -95,9 +102,10 @@ class Adasum {
   int size_ = 1;
   // HostBuffers (huge pages where large): the partner's values are copied
   // into them and read back, with fewer TLB misses than on 4 KiB pages.
-  HostBuffer scratch_;   // the partner's half at each level
-  HostBuffer scratch2_;  // and at every other level from the second (see run())
-  HostBuffer ring_;      // the slots what is sent leaves from (adasum_exchange.h)
+  HostBuffer scratch_;                    // the partner's half at each level
+  HostBuffer scratch2_;                   // and at every other level from the second (see run())
+  HostBuffer ring_;                       // the slots what is sent leaves from (adasum_exchange.h)
+  adasum_exchange::Placement placement_;  // how near the peers' cores are, measured op by op
 };
 
 // Adasum as the allreduce algorithm for responses whose op is Adasum: packs

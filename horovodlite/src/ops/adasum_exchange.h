@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "horovodlite/common.h"
 #include "host_memory.h"
 #include "mpi_context.h"
+#include "ops/adasum_kernels.h"
 
 namespace horovodlite {
 namespace adasum_exchange {
@@ -51,6 +53,78 @@ class Backoff {
  private:
   std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
   int sleep_us_ = 2;
+};
+
+// How values are written into the send slots. Plain stores leave them in this
+// core's cache, where the peer's copy reads them cheaply, and that is right
+// while the peer's core is near (it shares this core's last-level cache). But
+// a slot is written again a few segments later, and the peer's copy has left
+// its lines in the peer core's cache: each store must first win its line back.
+// Where that core is far (another chiplet or socket; this project's VM is moved
+// by its host between the two, a core-to-core round trip of ~55 ns or of
+// ~320 ns: bench/core_latency.cc), that costs a far round trip per line, and a
+// copy into a slot took 35-150 us per 256 KiB instead of 12-25. Streaming
+// (non-temporal) stores fetch no line and leave none in this cache; the peer
+// then reads memory. So each op measures, in its first exchange with enough
+// segments, the first writes of two slots (lines from memory: 12-35 us either
+// way) against the first rewrites of those slots (lines the peer's copy has
+// read), the faster of each pair (a copy during which the rank was preempted
+// does not count). The log of the ratio (clamped to [1/3, 3]) is averaged over
+// the ops (Placement: ranks that share cores see a near and a far peer in
+// turn, and a single op's ratio is noisy; a placement lasts minutes), and an
+// average above log(kFarRatio) means a far peer: the op's later slot writes
+// stream. Results are the same either way.
+struct Placement {
+  static constexpr double kFarRatio = 1.25;
+  static constexpr double kWeight = 0.25;  // of the newest op
+  double log_ratio = 0;
+  bool seen = false;
+  static constexpr double kClamp = 3;  // one op moves the average by at most log(3) / 4
+  void add(double ratio) {
+    const double x = std::log(std::min(std::max(ratio, 1 / kClamp), kClamp));
+    log_ratio = seen ? (1 - kWeight) * log_ratio + kWeight * x : x;
+    seen = true;
+  }
+  bool far() const { return seen && log_ratio > std::log(kFarRatio); }
+};
+
+class SlotStores {
+ public:
+  // forced: 1 streams every slot write, 0 none; -1 (the library's use)
+  // measures, and decides with `placement` (the ops so far).
+  SlotStores(int forced, Placement* placement)
+      : placement_(placement), stream_(forced == 1 || (forced == -1 && placement->far())), probed_(forced != -1) {}
+  bool streaming() const { return stream_; }
+  // Copies `bytes` into `slot`, the k-th slot write of an exchange that cycles
+  // through `slots` slots.
+  void copy(char* slot, const char* from, size_t bytes, size_t k, size_t slots) {
+    const bool first = k < 2, rewrite = k >= slots && k < slots + 2;
+    if (probed_ || slots < 2 || !(first || rewrite)) {
+      if (stream_) {
+        adasum_kernels::stream_copy(slot, from, bytes);
+      } else {
+        std::memcpy(slot, from, bytes);
+      }
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(slot, from, bytes);
+    const double per_byte = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                            static_cast<double>(std::max<size_t>(bytes, 1));
+    double& best = first ? first_ : rewrite_;
+    best = k % slots == 0 ? per_byte : std::min(best, per_byte);
+    if (k == slots + 1 && first_ > 0 && rewrite_ > 0) {
+      placement_->add(rewrite_ / first_);
+      stream_ = placement_->far();
+      probed_ = true;
+    }
+  }
+
+ private:
+  Placement* placement_;
+  bool stream_;
+  bool probed_;
+  double first_ = 0, rewrite_ = 0;  // seconds per byte, the faster of two
 };
 
 // MPI_Test until done.
@@ -114,22 +188,23 @@ void for_each_segment(int64_t begin, int64_t end, int64_t seg, bool forward, F f
 // One level's combination fused with the next exchange with `peer`, which runs
 // the same code: for each segment of [send_lo, send_hi) and of [keep_lo,
 // keep_hi) (two adjacent halves; cut from their starts every `seg` elements;
-// the half and segment order as `forward` says), make(lo, hi, at) writes it
-// at `at` (data + lo elements; a segment to send, into one of `slots` slots of
-// send_ring where that is not null: it is not needed here afterwards, and the
-// peer's single copy out of a huge page pins one page and reads from cache),
+// the half and segment order as `forward` says), make(lo, hi, at, stream)
+// writes it at `at` (data + lo elements; a segment to send, into one of `slots`
+// slots of send_ring where that is not null: it is not needed here afterwards,
+// and the peer's single copy out of a huge page pins one page; `stream`: with
+// streaming stores where it can, as *stores says for slot writes),
 // and then at once, while it is in cache, a segment to send goes to
 // the peer and for a segment to keep the peer's values are received into
 // recv + (lo - keep_lo) elements and on_keep(lo, hi) runs. Receives are posted
 // `window` ahead, in the order the peer sends. recv == nullptr: the last
 // level's first allgather step (the segments sent are results, made into
-// `data` and, with a send_ring, copied into a slot to go from there; the
+// `data` and, with a send_ring, copied into a slot by *stores to go from there; the
 // received segments are the peer's results, into `data`; they are not waited
 // for one by one).
 template <typename Make, typename OnKeep>
 Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* recv, int64_t elem, int64_t send_lo,
                          int64_t send_hi, int64_t keep_lo, int64_t keep_hi, int64_t seg, bool forward, size_t window,
-                         Make make, OnKeep on_keep, char* send_ring = nullptr, size_t slots = 0) {
+                         Make make, OnKeep on_keep, SlotStores* stores, char* send_ring = nullptr, size_t slots = 0) {
   struct Piece {
     int64_t lo, hi;
     bool keep;
@@ -159,7 +234,7 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
       HVL_RETURN_IF_ERROR(wait(&recvs[kept++], "MPI_Irecv (Adasum)"));
       next_recv = std::max(next_recv, kept);
       if (posted < keeps.size()) HVL_RETURN_IF_ERROR(post_recv(posted++));
-      make(p.lo, p.hi, data + p.lo * elem);
+      make(p.lo, p.hi, data + p.lo * elem, false);
       on_keep(p.lo, p.hi);
       continue;
     }
@@ -172,8 +247,9 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
       slot = send_ring + static_cast<int64_t>(k % slots) * seg * elem;
       if (recv != nullptr) at = slot;  // only sent
     }
-    make(p.lo, p.hi, at);
-    if (slot != nullptr && slot != at) std::memcpy(slot, at, bytes);  // a result: kept, and sent from the slot
+    make(p.lo, p.hi, at, at == slot && stores->streaming());
+    if (slot != nullptr && slot != at)
+      stores->copy(slot, at, bytes, sends.size(), slots);  // a result: kept, and sent from the slot
     sends.emplace_back(MPI_REQUEST_NULL);
     HVL_MPI_CHECK(
         MPI_Isend(slot != nullptr ? slot : at, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm, &sends.back()));
@@ -189,7 +265,7 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
 }
 
 // A pair's exchange of segments: this rank sends the segments `sends` of src
-// (in that order), each copied first into one of `slots` slots of send_ring
+// (in that order), each copied first (by *stores) into one of `slots` slots of send_ring
 // (the peer's single copy then pins one page and reads from cache, where a copy
 // out of 4 KiB pages pins each and reads memory; src already on huge pages,
 // on_huge_pages, is sent as it is), and receives the peer's segments `recvs`
@@ -197,8 +273,9 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
 // all), calling on_recv(lo, hi) on each in order as it arrives. One loop that
 // only tests drives both directions, so neither side waits on the other.
 template <typename OnRecv>
-Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* send_ring, size_t slots, int64_t elem,
-                       int64_t seg, const std::vector<std::pair<int64_t, int64_t>>& sends,
+Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* send_ring, size_t slots,
+                       SlotStores* stores, int64_t elem, int64_t seg,
+                       const std::vector<std::pair<int64_t, int64_t>>& sends,
                        const std::vector<std::pair<int64_t, int64_t>>& recvs, char* recv_base, int64_t recv_lo,
                        size_t window, OnRecv on_recv) {
   const size_t nsend = sends.size(), nrecv = recvs.size();
@@ -230,7 +307,7 @@ Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* 
         const char* from = src + sends[sent].first * elem;
         if (copy) {
           char* slot = send_ring + static_cast<int64_t>(sent % slots) * slot_bytes;
-          std::memcpy(slot, from, static_cast<size_t>(bytes_of(sends[sent])));
+          stores->copy(slot, from, static_cast<size_t>(bytes_of(sends[sent])), sent, slots);
           from = slot;
         }
         HVL_MPI_CHECK(MPI_Isend(from, bytes_of(sends[sent]), MPI_BYTE, peer, tag, comm, &send_reqs[sent]));

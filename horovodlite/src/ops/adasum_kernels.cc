@@ -2,6 +2,7 @@
 #include "ops/adasum_kernels.h"
 
 #include <cstdint>
+#include <cstring>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -74,12 +75,21 @@ __attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const flo
   out[2] += yy;
 }
 
+// Stream: non-temporal stores (out 16-byte aligned), for a send slot that a
+// peer's core reads next (stream_copy in adasum_kernels.h).
+template <bool Stream>
 __attribute__((target("avx2,fma"), always_inline)) inline void combine4(float* out, const float* x, const float* y,
                                                                         __m256d vx, __m256d vy) {
   const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x)), b = _mm256_cvtps_pd(_mm_loadu_ps(y));
-  _mm_storeu_ps(out, _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a, _mm256_mul_pd(vy, b))));
+  const __m128 r = _mm256_cvtpd_ps(_mm256_fmadd_pd(vx, a, _mm256_mul_pd(vy, b)));
+  if (Stream) {
+    _mm_stream_ps(out, r);
+  } else {
+    _mm_storeu_ps(out, r);
+  }
 }
 
+template <bool Stream>
 __attribute__((target("avx2,fma"))) void combine_f32_avx2(float* out, const float* x, const float* y, int64_t n,
                                                           double cx, double cy) {
   const __m256d vx = _mm256_set1_pd(cx), vy = _mm256_set1_pd(cy);
@@ -87,9 +97,10 @@ __attribute__((target("avx2,fma"))) void combine_f32_avx2(float* out, const floa
   for (; i + 16 <= n; i += 16) {
     prefetch(x + i);
     prefetch(y + i);
-    for (int k = 0; k < 16; k += 4) combine4(out + i + k, x + i + k, y + i + k, vx, vy);
+    for (int k = 0; k < 16; k += 4) combine4<Stream>(out + i + k, x + i + k, y + i + k, vx, vy);
   }
-  for (; i + 4 <= n; i += 4) combine4(out + i, x + i, y + i, vx, vy);
+  for (; i + 4 <= n; i += 4) combine4<Stream>(out + i, x + i, y + i, vx, vy);
+  if (Stream) _mm_sfence();
   for (; i < n; ++i) out[i] = static_cast<float>(cx * x[i] + cy * y[i]);
 }
 
@@ -105,15 +116,39 @@ void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]) {
   dots_generic<F32>(x, y, n, out);
 }
 
-void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy) {
-  if (use_avx2()) return combine_f32_avx2(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
-  combine_generic<F32>(out, x, y, n, cx, cy);
+void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy, bool stream) {
+  if (!use_avx2()) return combine_generic<F32>(out, x, y, n, cx, cy);
+  if (stream && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+    return combine_f32_avx2<true>(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
+  }
+  combine_f32_avx2<false>(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
+}
+
+void stream_copy(void* dst, const void* src, size_t bytes) {
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  size_t i = 0;
+  if ((reinterpret_cast<uintptr_t>(d) & 15) == 0) {
+    for (; i + 64 <= bytes; i += 64) {  // SSE2: every x86-64 has it
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    }
+    _mm_sfence();
+  }
+  if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
 }
 #else
 void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]) { dots_generic<F32>(x, y, n, out); }
-void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy) {
+void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy, bool) {
   combine_generic<F32>(out, x, y, n, cx, cy);
 }
+void stream_copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 #endif
 
 }  // namespace adasum_kernels

@@ -6,6 +6,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -99,24 +100,35 @@ template <typename E>
 void dots(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[3]) {
   dots_generic<E>(x, y, n, out);
 }
+// stream: non-temporal stores where the dtype has a kernel with them (float32
+// on x86-64; the others store normally), for a send slot (stream_copy).
 template <typename E>
-void combine(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx, Scalar cy) {
+void combine(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx, Scalar cy,
+             bool stream = false) {
+  (void)stream;
   combine_generic<E>(out, x, y, n, cx, cy);
 }
+
+// memcpy with non-temporal (streaming) stores on x86-64, that leave no copy
+// of dst in this core's caches: for a send slot that a peer's core reads next
+// while an earlier copy of its lines still sits in that core's cache, which a
+// normal store must first fetch back (adasum_exchange.h, SlotStores). Plain
+// memcpy elsewhere.
+void stream_copy(void* dst, const void* src, size_t bytes);
 
 // ---- AVX2/FMA for float32 (the common case): four doubles per instruction ----
 
 // float32: AVX2/FMA where the CPU has it (adasum_kernels.cc), else the generic
 // loops above; the same bits either way.
 void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]);
-void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy);
+void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy, bool stream);
 template <>
 inline void dots<F32>(const float* x, const float* y, int64_t n, Scalar out[3]) {
   dots_f32(x, y, n, out);
 }
 template <>
-inline void combine<F32>(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy) {
-  combine_f32(out, x, y, n, cx, cy);
+inline void combine<F32>(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy, bool stream) {
+  combine_f32(out, x, y, n, cx, cy, stream);
 }
 
 template <typename F>
