@@ -77,9 +77,9 @@ class Backoff {
 struct Placement {
   static constexpr double kFarRatio = 1.25;
   static constexpr double kWeight = 0.25;  // of the newest op
+  static constexpr double kClamp = 3;      // one op moves the average by at most log(3) / 4
   double log_ratio = 0;
   bool seen = false;
-  static constexpr double kClamp = 3;  // one op moves the average by at most log(3) / 4
   void add(double ratio) {
     const double x = std::log(std::min(std::max(ratio, 1 / kClamp), kClamp));
     log_ratio = seen ? (1 - kWeight) * log_ratio + kWeight * x : x;
