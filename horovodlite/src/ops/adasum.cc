@@ -115,14 +115,14 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   if (in == out || size_ > 2) HVL_RETURN_IF_ERROR(reserve(&scratch_, static_cast<size_t>(half * elem)));
   if (size_ > 2) HVL_RETURN_IF_ERROR(reserve(&scratch2_, static_cast<size_t>((half - half / 2) * elem)));
   char* const send_ring = ring_.data();  // kStagedSlots slots
-  // Where the last level's results go from too (kStagedSlots slots), unless
-  // `data` (the output, or in place the buffer) is on huge pages already.
-  char* const result_ring =
-      on_huge_pages(data, static_cast<size_t>(total * elem)) ? nullptr : ring_.data() + kStagedSlots * segment;
-  // The allgather's sends (from `data`, where not on huge pages) go from those
-  // slots too: the op's last slot writes, which a peer may still cache when
-  // the next op's first exchange measures the send slots (SlotStores).
+  // The other kStagedSlots slots: the last level's results go from there,
+  // unless `data` (the output, or in place the buffer) is on huge pages
+  // already; and the allgather's sends (staged_exchange copies only where
+  // `data` is not on huge pages either): the op's last slot writes, which a
+  // peer may still cache when the next op's first exchange measures the send
+  // slots (SlotStores).
   char* const gather_ring = ring_.data() + kStagedSlots * segment;
+  char* const result_ring = on_huge_pages(data, static_cast<size_t>(total * elem)) ? nullptr : gather_ring;
   std::vector<Scalar> sums(3 * ntensors), received(3 * ntensors);
   const int64_t seg = segment / elem;
   // Plain or streaming stores into the slots, as measured in this op.

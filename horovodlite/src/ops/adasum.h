@@ -28,8 +28,9 @@
 // arranged so that no third pass is needed. What is sent leaves from huge-page
 // slots (adasum_exchange.h: a peer's single copy out of them pins one page,
 // not 512), written with streaming stores where the peers' cores are far
-// (measured op by op: SlotStores). The partner's segments are received two ahead (kWindow), each just
-// before its dot products, so it is read from cache; out of place, the first
+// (measured op by op: SlotStores). The partner's segments are received two
+// ahead (kWindow), each just before its dot products, so it is read from
+// cache; out of place, the first
 // level receives them straight into `out` (where the combination goes); the
 // combination walks the piece the other way round from the dot-product pass
 // (whose end is what the cache still holds); at the last level each combined

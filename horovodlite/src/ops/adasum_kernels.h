@@ -104,8 +104,7 @@ void dots(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[
 // on x86-64; the others store normally), for a send slot (stream_copy).
 template <typename E>
 void combine(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx, Scalar cy,
-             bool stream = false) {
-  (void)stream;
+             bool /*stream*/ = false) {
   combine_generic<E>(out, x, y, n, cx, cy);
 }
 
