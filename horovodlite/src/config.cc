@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "thread_affinity.h"
+
 namespace horovodlite {
 
 const char* log_level_name(LogLevel level) {
@@ -219,6 +221,11 @@ Status Config::from_env(Config* out) {
   HVL_RETURN_IF_ERROR(read_double("PEER_TIMEOUT_SECONDS", 0.0, 1e7, &c.peer_timeout_s));
   HVL_RETURN_IF_ERROR(read_bool("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets));
   HVL_RETURN_IF_ERROR(read_bool("KEEP_FREED_MEMORY", &c.keep_freed_memory));
+  if (const char* v = lookup("THREAD_AFFINITY", &c.thread_affinity_var)) {
+    c.thread_affinity = v;
+    ThreadAffinity parsed;
+    HVL_RETURN_IF_ERROR(parse_thread_affinity(c.thread_affinity_var, c.thread_affinity, &parsed));
+  }
   for (auto [name, field] : {std::make_pair("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
                              std::make_pair("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather)}) {
     bool hierarchical = false;

@@ -8,12 +8,14 @@
 #include <sstream>
 
 #ifdef __linux__
+#include <pthread.h>
 #include <sys/prctl.h>
 #endif
 
 #include "host_memory.h"
 #include "job_failure.h"
 #include "logging.h"
+#include "thread_affinity.h"
 #include "transport/world.h"
 
 namespace horovodlite {
@@ -98,7 +100,40 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
       return Status(ps.code(), "init(process_sets): " + ps.message());
     }
   }
+  // The background thread's CPU (HOROVODLITE_THREAD_AFFINITY), checked on
+  // every rank before it starts: a bad list fails init everywhere. auto counts
+  // the ranks of this machine that share this process's CPUs.
+  int cpu = -1;
+  {
+    ThreadAffinity affinity;
+    const std::vector<int> allowed = allowed_cpus();
+    const uint64_t key = cpu_set_key(allowed);
+    std::vector<uint64_t> keys(static_cast<size_t>(rt->mpi_.size()));
+    Status s = rt->mpi_.allgather(&key, sizeof key, keys.data());
+    if (s.ok()) s = parse_thread_affinity(rt->config_.thread_affinity_var, rt->config_.thread_affinity, &affinity);
+    if (s.ok()) {
+      s = background_thread_cpu(affinity, rt->mpi_.local_rank(), rt->mpi_.local_size(),
+                                cpu_sharers(keys, rt->mpi_.rank()), allowed, &cpu);
+    }
+    s = rt->mpi_.agree(s, "the background thread's CPU", "its THREAD_AFFINITY setting was refused there");
+    if (!s.ok()) {
+      Status stopped = rt->stop();
+      if (!stopped.ok()) HVL_LOG(kWarning, "stopping after a failed init: " << stopped.message());
+      return Status(s.code(), "init: " + s.message());
+    }
+  }
   rt->thread_ = std::thread([r = rt.get()] { r->loop(); });
+#ifdef __linux__
+  pthread_setname_np(rt->thread_.native_handle(), "horovodlite");  // as ps and /proc/<pid>/task show it
+#endif
+  if (cpu >= 0) {
+    const Status pinned = pin_thread(static_cast<unsigned long>(rt->thread_.native_handle()), cpu);
+    if (pinned.ok()) {
+      HVL_LOG(kDebug, "background thread of local rank " << rt->mpi_.local_rank() << " on CPU " << cpu);
+    } else {
+      HVL_LOG(kWarning, pinned.message() << " (it runs where the kernel puts it)");
+    }
+  }
   HVL_LOG(kDebug, "started: size " << rt->mpi_.size() << ", fusion threshold " << rt->config_.fusion_threshold_bytes
                                    << " B, cycle time " << rt->config_.cycle_time_ms << " ms, cache capacity "
                                    << rt->config_.cache_capacity);

@@ -88,6 +88,17 @@ struct Config {
   // malloc settings of the user's own (GLIBC_TUNABLES glibc.malloc.*, MALLOC_*_).
   bool keep_freed_memory = true;
 
+  // THREAD_AFFINITY (Horovod's HOROVOD_THREAD_AFFINITY): the CPU of each local
+  // rank's background thread, where the collectives run. "auto" (the default,
+  // also unset or empty): pinned only where more ranks of this machine share
+  // the process's allowed CPUs than there are (n), the i-th of those ranks to
+  // the (i mod n)-th CPU; "none": left to the kernel; a comma-separated list
+  // ("0,1,1,0"): local rank i's to CPU list[i] (a list shorter than the local
+  // ranks, or a CPU outside the process's affinity, fails init).
+  // src/thread_affinity.h says why.
+  std::string thread_affinity;
+  std::string thread_affinity_var;  // the variable it came from (for errors)
+
   // ---- the autotuner (autotune/autotuner.h) ----
   // AUTOTUNE (0/1): Bayesian optimisation, during training, of FUSION_THRESHOLD,
   // CYCLE_TIME, EAGER_ALLREDUCE_BYTES and, on jobs over several hosts, the

@@ -3,6 +3,8 @@ initialised once per process. Tests must issue collectives in the same order
 on every rank (pytest's collection order is deterministic)."""
 
 
+import os
+
 import horovodlite.torch as hvd
 import pytest
 import torch
@@ -30,3 +32,29 @@ def rank():
 @pytest.fixture
 def size():
     return hvd.size()
+
+
+def _background_thread_cpus():
+    """The CPU sets of the threads named "horovodlite" (the background thread)."""
+    found = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "horovodlite":
+                    continue
+            with open(f"/proc/self/task/{tid}/status") as f:
+                status = f.read()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        line = next(x for x in status.splitlines() if x.startswith("Cpus_allowed_list:"))
+        cpus = set()
+        for part in line.split(":", 1)[1].strip().split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        found.append(cpus)
+    return found
+
+
+@pytest.fixture
+def background_thread_cpus():
+    return _background_thread_cpus

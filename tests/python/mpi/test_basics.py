@@ -56,6 +56,26 @@ def test_init_keeps_freed_memory_for_reuse():
     assert _mallinfo2().arena >= 48 << 20  # freed, kept in the heap
 
 
+def test_background_thread_pinned_only_where_ranks_outnumber_cpus(background_thread_cpus):
+    """HOROVODLITE_THREAD_AFFINITY=auto (the default): where more ranks of this
+    machine share this process's allowed CPUs than there are (n), the i-th of
+    them (in rank order) has its background thread on the (i mod n)-th CPU
+    only; otherwise it runs wherever the process may (src/thread_affinity.h)."""
+    if any(v in os.environ for v in ("HOROVODLITE_THREAD_AFFINITY", "HOROVOD_THREAD_AFFINITY")):
+        pytest.skip("thread affinity set by the environment")
+    allowed = sorted(os.sched_getaffinity(0))
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        mine = (f.read().strip(), allowed)
+    everyone = hvd.allgather_object(mine, name="affinity.sharers")
+    sharers = [r for r, x in enumerate(everyone) if x == mine]
+    threads = background_thread_cpus()
+    assert len(threads) == 1, threads
+    if len(sharers) > len(allowed):
+        assert threads[0] == {allowed[sharers.index(hvd.rank()) % len(allowed)]}
+    else:
+        assert threads[0] == set(allowed)
+
+
 def test_build_flags():
     assert hvd.mpi_enabled() and hvd.mpi_built()
     # An mpirun job runs on MPI; the Gloo transport is built when libgloo-dev was found.

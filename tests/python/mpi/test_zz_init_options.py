@@ -106,3 +106,32 @@ def test_timeline_dynamic(rank, size, tmp_path_factory):
             assert "timeline.after.stop" not in text
     finally:
         _restart_world()
+
+
+def test_thread_affinity_list(rank, size, background_thread_cpus):
+    """HOROVOD_THREAD_AFFINITY as Horovod reads it: one CPU per local rank,
+    comma-separated; local rank i's background thread runs on the i-th. A list
+    too short for this host's ranks fails init on every rank, naming the
+    variable and the local rank without a CPU, and leaves nothing hanging."""
+    allowed = sorted(os.sched_getaffinity(0))
+    local_rank, local_size = hvd.local_rank(), hvd.local_size()
+    # Each local rank on the CPU after "its own", as round-robin would give it.
+    wanted = [allowed[(i + 1) % len(allowed)] for i in range(local_size)]
+    hvd.shutdown()
+    os.environ["HOROVOD_THREAD_AFFINITY"] = ", ".join(str(c) for c in wanted)
+    try:
+        hvd.init()
+        assert background_thread_cpus() == [{wanted[local_rank]}]
+        assert hvd.allreduce(torch.ones(4), op=hvd.Sum, name="affinity.sum").tolist() == [float(size)] * 4
+        hvd.shutdown()
+        os.environ["HOROVOD_THREAD_AFFINITY"] = ",".join(str(c) for c in wanted[:-1])  # one short
+        if local_rank == local_size - 1:
+            with pytest.raises(ValueError, match=r"HOROVOD_THREAD_AFFINITY=.*no CPU for local rank %d" % local_rank):
+                hvd.init()
+        else:
+            with pytest.raises(Exception, match="THREAD_AFFINITY setting was refused there"):
+                hvd.init()
+        assert not hvd.is_initialized()
+    finally:
+        del os.environ["HOROVOD_THREAD_AFFINITY"]
+        _restart_world()
