@@ -166,6 +166,10 @@ TEST(Timeline, EachProcessSetHasItsOwnRows) {
   HVL_ASSERT_OK(broadcast_async("tl.ps.pid", TensorView{&pid, DataType::kInt32, {1}}, 0)->wait());
   const std::string path = "/tmp/hvl_timeline_sets_" + std::to_string(pid) + ".json";
   HVL_ASSERT_OK(start_timeline(path));
+  // As in StartedAtRunTimeIsValidJsonWithEveryPhase: no rank submits before
+  // rank 0's timeline is on (failed at -np 3: the set's rank 2 submitted while
+  // rank 0 was still opening the file, and its ready mark was missing).
+  HVL_ASSERT_OK(barrier_async()->wait());
   std::vector<float> world(8, 1.0f), subset(8, 1.0f);
   TensorView tw{world.data(), DataType::kFloat32, {8}}, ts{subset.data(), DataType::kFloat32, {8}};
   AllreduceOptions on_set;
