@@ -127,7 +127,7 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   pthread_setname_np(rt->thread_.native_handle(), "horovodlite");  // as ps and /proc/<pid>/task show it
 #endif
   if (cpu >= 0) {
-    const Status pinned = pin_thread(static_cast<unsigned long>(rt->thread_.native_handle()), cpu);
+    const Status pinned = pin_thread(rt->thread_, cpu);
     if (pinned.ok()) {
       HVL_LOG(kDebug, "background thread of local rank " << rt->mpi_.local_rank() << " on CPU " << cpu);
     } else {

@@ -4,10 +4,12 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 namespace horovodlite {
 
@@ -80,9 +82,8 @@ Status background_thread_cpu(const ThreadAffinity& a, int local_rank, int local_
                                    " local ranks (no CPU for local rank " + std::to_string(local_rank) + ")");
   }
   const int want = a.cpus[static_cast<size_t>(local_rank)];
-  bool ok = allowed.empty();  // unknown: let pthread_setaffinity_np judge
-  for (int c : allowed) ok = ok || c == want;
-  if (!ok) {
+  // allowed empty (unknown): pthread_setaffinity_np judges.
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), want) == allowed.end()) {
     return Status::InvalidArgument(a.var + ": CPU " + std::to_string(want) + " (local rank " +
                                    std::to_string(local_rank) + "'s) is not one this process may run on (" +
                                    list_of(allowed) + ")");
@@ -98,17 +99,8 @@ uint64_t cpu_set_key(const std::vector<int>& allowed) {
     char host[256] = {};
     if (gethostname(host, sizeof host - 1) == 0) id = host;
   }
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  auto mix = [&h](uint64_t byte) {
-    h ^= byte;
-    h *= 1099511628211ull;
-  };
-  for (char c : id) mix(static_cast<unsigned char>(c));
-  for (int c : allowed) {
-    mix(0xff);  // a separator: {1, 23} and {12, 3} differ
-    for (char d : std::to_string(c)) mix(static_cast<unsigned char>(d));
-  }
-  return h;
+  // std::hash of a string is unseeded: the same on every rank of one build.
+  return std::hash<std::string>{}(id + "/" + list_of(allowed));
 }
 
 CpuSharers cpu_sharers(const std::vector<uint64_t>& keys, int rank) {
@@ -132,12 +124,11 @@ std::vector<int> allowed_cpus() {
   return out;
 }
 
-Status pin_thread(unsigned long thread, int cpu) {
-  const auto t = static_cast<pthread_t>(thread);
+Status pin_thread(std::thread& thread, int cpu) {
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
-  const int rc = pthread_setaffinity_np(t, sizeof one, &one);
+  const int rc = pthread_setaffinity_np(thread.native_handle(), sizeof one, &one);
   if (rc != 0)
     return Status::Internal("pinning the background thread to CPU " + std::to_string(cpu) + ": " + std::strerror(rc));
   return Status::OK();

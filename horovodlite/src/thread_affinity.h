@@ -6,15 +6,16 @@
 // run), the kernel moves each rank's background thread between CPUs
 // from one op to the next, and with it the working set that its collectives
 // hand to peers through the cache. Pinned round-robin over the ranks that
-// share the set, ranks r and r + n share a CPU for good (n CPUs): Adasum at np 4 on two CPUs whose
-// caches are far apart ran at 0.74-0.80x Sum instead of 0.62-0.63x
-// (docs/adasum.md, "Pinning the background thread"). Where every rank has a
-// CPU of its own, or the launcher bound each rank to CPUs of its own
-// (mpirun --bind-to core), nothing is pinned.
+// share the set, ranks r and r + n share a CPU for good (n CPUs): Adasum at
+// np 4 on two CPUs whose caches are far apart ran at 0.74-0.80x Sum instead
+// of 0.62-0.63x (docs/adasum.md, "Pinning the background thread"). Where
+// every rank has a CPU of its own, or the launcher bound each rank to CPUs of
+// its own (mpirun --bind-to core), nothing is pinned.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "horovodlite/common.h"
@@ -62,8 +63,8 @@ CpuSharers cpu_sharers(const std::vector<uint64_t>& keys, int rank);
 // that cannot be read.
 std::vector<int> allowed_cpus();
 
-// Pins `thread` (a pthread_t) to `cpu`; a failure
-// is returned (the thread keeps running where it was).
-Status pin_thread(unsigned long thread, int cpu);
+// Pins `thread` to `cpu`; a failure is returned (the thread keeps running
+// where it was).
+Status pin_thread(std::thread& thread, int cpu);
 
 }  // namespace horovodlite
