@@ -7,10 +7,11 @@
 // from one op to the next, and with it the working set that its collectives
 // hand to peers through the cache. Pinned round-robin over the ranks that
 // share the set, ranks r and r + n share a CPU for good (n CPUs): Adasum at
-// np 4 on two CPUs whose caches are far apart ran at 0.74-0.80x Sum instead
-// of 0.62-0.63x (docs/adasum.md, "Pinning the background thread"). Where
-// every rank has a CPU of its own, or the launcher bound each rank to CPUs of
-// its own (mpirun --bind-to core), nothing is pinned.
+// np 4 on two CPUs whose caches are far apart ran at 0.74-0.81x Sum (medians
+// of four campaigns) instead of 0.62-0.68x (docs/adasum.md, "Pinning the
+// background thread", "Where the CPU goes"). Where every rank has a CPU of
+// its own, or the launcher bound each rank to CPUs of its own (mpirun
+// --bind-to core), nothing is pinned.
 #pragma once
 
 #include <cstdint>
