@@ -221,6 +221,7 @@ Status Config::from_env(Config* out) {
   HVL_RETURN_IF_ERROR(read_double("PEER_TIMEOUT_SECONDS", 0.0, 1e7, &c.peer_timeout_s));
   HVL_RETURN_IF_ERROR(read_bool("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets));
   HVL_RETURN_IF_ERROR(read_bool("KEEP_FREED_MEMORY", &c.keep_freed_memory));
+  HVL_RETURN_IF_ERROR(read_bool("HUGE_PAGE_INPUTS", &c.huge_page_inputs));
   if (const char* v = lookup("THREAD_AFFINITY", &c.thread_affinity_var)) {
     c.thread_affinity = v;
     ThreadAffinity parsed;

@@ -77,4 +77,38 @@ class HostBuffer {
 // HostBuffer first (ops/adasum_exchange.h).
 bool on_huge_pages(const void* p, size_t bytes);
 
+// [lo, hi): bytes of this process's memory; empty where lo == hi.
+struct ByteRange {
+  const char* lo = nullptr;
+  const char* hi = nullptr;
+  bool contains(const void* p, size_t bytes) const {
+    const char* b = static_cast<const char*>(p);
+    return lo != hi && b >= lo && b + bytes <= hi;
+  }
+};
+
+// The user's memory that peers copy out of. A host collective sends a single
+// tensor from the user's own buffers (its input, and its output after the
+// first step), and the peers on this host copy out of their pages, pinning
+// them one at a time: on 4 KiB pages as costly as the copy (see HostBuffer).
+// So from the second op that sends the same buffer on (same address and
+// length; one-off buffers are not worth it), the whole 2 MiB pages inside it
+// are moved onto transparent huge pages where they lie (madvise MADV_COLLAPSE,
+// Linux 6.1 and later: the kernel copies each 2 MiB into a huge page mapped at
+// the same address; contents and addresses do not change, the user sees
+// nothing). The move costs one copy of the buffer, once (64 MiB: ~23 ms on this
+// project's VM); each later op only checks (~5-40 us: the kernel finds the
+// pages moved). Off with HUGE_PAGE_INPUTS=0 (Config::huge_page_inputs), where
+// the kernel's THP mode is "never", and for buffers the kernel will not move
+// (file-backed or shared mappings: tried once per buffer; a kernel short of
+// free huge pages: tried again later). Returns what of [p, p + bytes) lies on
+// huge pages for the op in progress: all of it inside a HostBuffer; the whole
+// 2 MiB pages inside it where MADV_COLLAPSE just returned 0 (moved now or
+// before); otherwise nothing. Thread-safe.
+ByteRange huge_pages_for_sending(const void* p, size_t bytes);
+// Buffers smaller than this are left alone (under two whole huge pages).
+constexpr size_t kMoveToHugePagesMinBytes = size_t{4} << 20;
+// HUGE_PAGE_INPUTS, applied at init (default on).
+void set_huge_page_inputs(bool on);
+
 }  // namespace horovodlite

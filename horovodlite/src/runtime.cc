@@ -26,6 +26,7 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   set_log_level(rt->config_.log_level);
   const FreedMemory freed = keep_freed_memory(rt->config_.keep_freed_memory);
   HVL_LOG(kDebug, "freed host memory: " << freed_memory_name(freed));
+  set_huge_page_inputs(rt->config_.huge_page_inputs);
   if (rt->config_.transport == Config::Transport::kGloo) {
     // A job without MPI: the world comes from the launcher's rendezvous store.
     if (options.mpi_comm != nullptr) {

@@ -6,15 +6,19 @@
 // largest neither flush to zero nor overflow; other world sizes get a clear
 // error naming the tensor and the size.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "horovodlite/horovodlite.h"
+#include "host_memory.h"
 #include "ops/adasum.h"
 #include "ops/adasum_exchange.h"
 #include "test_util.h"
@@ -269,6 +273,65 @@ TEST(Adasum, ExtremeMagnitudesNeitherFlushNorOverflow) {
         Buffer want(d, {1});
         want.set(0, 1.5 * w);  // rounded to the dtype
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(par.get(i), want.get(0)) << tag << " parallel [" << i << "]";
+      }
+    }
+  }
+}
+
+// Whether this kernel moves private anonymous memory onto huge pages on
+// request (MADV_COLLAPSE, Linux 6.1; THP not "never").
+bool kernel_moves_onto_huge_pages() {
+  const size_t huge = HostBuffer::kHugePage;
+  void* m = mmap(nullptr, 2 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return false;
+  char* lo = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(m) + huge - 1) / huge * huge);
+  std::memset(lo, 1, huge);
+  const bool ok = madvise(lo, huge, 25 /* MADV_COLLAPSE */) == 0;
+  munmap(m, 2 * huge);
+  return ok;
+}
+
+// The user's buffers, sent as they are (one tensor), are moved onto huge pages
+// from their second op on (host_memory.h, huge_pages_for_sending): Adasum then
+// sends their whole 2 MiB pages as they are and copies only the ends into its
+// slots. The same bits as the first op (everything copied), in and out of place.
+TEST(Adasum, TheUsersBuffersMovedOntoHugePagesGiveTheSameBits) {
+  const int p = size();
+  if (!power_of_two(p)) GTEST_SKIP() << "Adasum needs a power-of-two world";
+  for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16}) {
+    // Over kMoveToHugePagesMinBytes, with ends off the 2 MiB boundaries.
+    const int64_t n = (int64_t{12} << 20) / static_cast<int64_t>(dtype_size(d)) + 1001;
+    std::vector<Vec> all;
+    for (int r = 0; r < p; ++r) all.push_back(input_of(r, 5, n, d, 1.0));
+    Buffer in(d, {n}), out(d, {n}), inplace(d, {n});
+    for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(all[static_cast<size_t>(rank())][i]));
+    const std::string name = std::string("adasum.moved.") + dtype_name(d);
+    std::vector<Buffer> results, inplace_results;
+    for (int op = 0; op < 3; ++op) {
+      HVL_ASSERT_OK(allreduce_async(name, in.view(), out.view(), {ReduceOp::kAdasum})->wait());
+      results.push_back(out);
+      std::memcpy(inplace.data(), in.data(), static_cast<size_t>(n) * dtype_size(d));
+      HVL_ASSERT_OK(allreduce_async(name + ".inplace", inplace.view(), inplace.view(), {ReduceOp::kAdasum})->wait());
+      inplace_results.push_back(inplace);
+    }
+    expect_close(results[0], reference(all), d, name);
+    for (int op = 0; op < 3; ++op) {
+      EXPECT_TRUE(results[static_cast<size_t>(op)].bitwise_equal(results[0])) << name << ", op " << op;
+      EXPECT_TRUE(inplace_results[static_cast<size_t>(op)].bitwise_equal(results[0])) << name << " in place, op " << op;
+    }
+    const char* setting = std::getenv("HOROVODLITE_HUGE_PAGE_INPUTS");
+    const bool off = setting != nullptr && std::string(setting) == "0";
+    if (p > 1 && (off || kernel_moves_onto_huge_pages())) {
+      // The path this test is for was taken: the buffers are on huge pages
+      // (HOROVODLITE_HUGE_PAGE_INPUTS=0: still not).
+      const size_t bytes = static_cast<size_t>(n) * dtype_size(d);
+      for (Buffer* b : {&in, &out, &inplace}) {
+        const ByteRange moved = huge_pages_for_sending(b->data(), bytes);
+        if (off) {
+          EXPECT_EQ(moved.lo, moved.hi) << name << ": moved with HOROVODLITE_HUGE_PAGE_INPUTS=0";
+        } else {
+          EXPECT_GE(moved.hi - moved.lo, static_cast<ptrdiff_t>(bytes - 2 * HostBuffer::kHugePage)) << name;
+        }
       }
     }
   }

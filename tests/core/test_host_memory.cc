@@ -228,3 +228,150 @@ TEST(FusionBuffer, GrowsOntoHugePagesAndKeepsItsBufferForSmallerRequests) {
   EXPECT_EQ(f.get(size_t{1} << 20), big);
   EXPECT_EQ(f.get(f.capacity()), big);
 }
+
+// ---- huge_pages_for_sending: the user's buffers moved onto huge pages ----
+
+namespace {
+
+// A user's buffer as malloc or PyTorch hands it out: a private anonymous
+// mapping of its own without huge-page advice (on 4 KiB pages where the THP
+// mode is "madvise", which the tests below need), the buffer starting
+// `offset` bytes in, so that its ends are not on 2 MiB boundaries. Each test
+// uses its own length: the library remembers buffers by address and length.
+struct UserBuffer {
+  char* map = nullptr;
+  size_t map_bytes = 0;
+  char* data = nullptr;
+  size_t bytes = 0;
+  UserBuffer(size_t n, size_t offset) : map_bytes(n + offset + kHuge), bytes(n) {
+    map = static_cast<char*>(mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (map == MAP_FAILED) map = nullptr;
+    if (map != nullptr) {
+      data = map + offset;
+      fill();
+    }
+  }
+  ~UserBuffer() {
+    if (map != nullptr) munmap(map, map_bytes);
+  }
+  // Freed and made anew at the same address, on fresh 4 KiB pages.
+  void remake() {
+    void* again = mmap(map, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    ASSERT_EQ(again, static_cast<void*>(map));
+    fill();
+  }
+  void fill() {
+    for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(i * 131 + (i >> 20));
+  }
+  bool intact() const {
+    for (size_t i = 0; i < bytes; ++i) {
+      if (data[i] != static_cast<char>(i * 131 + (i >> 20))) return false;
+    }
+    return true;
+  }
+  // Bytes of its mapping on huge pages (AnonHugePages in /proc/self/smaps).
+  size_t huge_bytes() const {
+    const std::string kb = smaps_field(map, "AnonHugePages");
+    return kb.empty() ? 0 : std::stoul(kb) << 10;
+  }
+};
+
+// Whether this kernel moves private anonymous memory onto huge pages on
+// request (MADV_COLLAPSE, Linux 6.1; not where THP is "never"). "" if it does,
+// else why not.
+std::string collapse_unsupported() {
+  if (thp_mode().empty() || thp_mode() == "never") return "transparent huge pages are off";
+  if (thp_mode() != "madvise") return "THP mode '" + thp_mode() + "': a user's buffer may start on huge pages";
+  UserBuffer probe(2 * kHuge, 0);
+  if (probe.map == nullptr) return "mmap failed";
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(probe.data) + kHuge - 1) / kHuge * kHuge;
+  if (madvise(reinterpret_cast<void*>(lo), kHuge, 25 /* MADV_COLLAPSE */) != 0) {
+    return std::string("MADV_COLLAPSE: ") + std::strerror(errno);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(HugePagesForSending, TheSecondSightMovesTheWhole2MiBPagesInsideAndKeepsTheContents) {
+  const std::string why = collapse_unsupported();
+  if (!why.empty()) GTEST_SKIP() << why;
+  hvl::set_huge_page_inputs(true);
+  UserBuffer u((size_t{9} << 20) + 12345, 4096 + 100);
+  ASSERT_NE(u.map, nullptr);
+  ASSERT_EQ(u.huge_bytes(), 0u) << "the buffer starts on 4 KiB pages";
+  // First sight: left as it is.
+  hvl::ByteRange r = hvl::huge_pages_for_sending(u.data, u.bytes);
+  EXPECT_EQ(r.lo, r.hi);
+  EXPECT_FALSE(r.contains(u.data + kHuge, 1));
+  EXPECT_EQ(u.huge_bytes(), 0u);
+  // Second: the whole 2 MiB pages inside it, and only those, are moved.
+  r = hvl::huge_pages_for_sending(u.data, u.bytes);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(u.data);
+  const uintptr_t lo = (a + kHuge - 1) / kHuge * kHuge, hi = (a + u.bytes) / kHuge * kHuge;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(r.lo), lo);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(r.hi), hi);
+  EXPECT_GE(hi - lo, size_t{6} << 20) << "9 MiB hold at least three whole 2 MiB pages";
+  EXPECT_EQ(u.huge_bytes(), hi - lo);
+  EXPECT_TRUE(u.intact()) << "moving changed the contents";
+  EXPECT_TRUE(r.contains(reinterpret_cast<char*>(lo), hi - lo));
+  EXPECT_FALSE(r.contains(u.data, 1)) << "the head is on 4 KiB pages";
+  EXPECT_FALSE(r.contains(reinterpret_cast<char*>(hi), 1)) << "so is the tail";
+  // Later ops find it moved.
+  const hvl::ByteRange again = hvl::huge_pages_for_sending(u.data, u.bytes);
+  EXPECT_EQ(again.lo, r.lo);
+  EXPECT_EQ(again.hi, r.hi);
+  EXPECT_TRUE(u.intact());
+}
+
+TEST(HugePagesForSending, SmallOffOrLibraryBuffers) {
+  const std::string why = collapse_unsupported();
+  if (!why.empty()) GTEST_SKIP() << why;
+  hvl::set_huge_page_inputs(true);
+  // Under kMoveToHugePagesMinBytes: never moved.
+  UserBuffer small(hvl::kMoveToHugePagesMinBytes - 1, 0);
+  for (int i = 0; i < 3; ++i) {
+    const hvl::ByteRange r = hvl::huge_pages_for_sending(small.data, small.bytes);
+    EXPECT_EQ(r.lo, r.hi);
+  }
+  EXPECT_EQ(small.huge_bytes(), 0u);
+  // HUGE_PAGE_INPUTS=0: never moved.
+  hvl::set_huge_page_inputs(false);
+  UserBuffer off((size_t{6} << 20) + 7, 0);
+  for (int i = 0; i < 3; ++i) {
+    const hvl::ByteRange r = hvl::huge_pages_for_sending(off.data, off.bytes);
+    EXPECT_EQ(r.lo, r.hi);
+  }
+  EXPECT_EQ(off.huge_bytes(), 0u);
+  // The library's own HostBuffers: all of it, at once, either way.
+  hvl::HostBuffer b(size_t{4} << 20);
+  const hvl::ByteRange whole = hvl::huge_pages_for_sending(b.data() + 10, b.size() - 20);
+  EXPECT_EQ(whole.lo, b.data() + 10);
+  EXPECT_EQ(whole.hi, b.data() + b.size() - 10);
+  hvl::set_huge_page_inputs(true);
+}
+
+TEST(HugePagesForSending, ABufferMadeAnewEveryOpIsLeftAloneAfterTwo) {
+  const std::string why = collapse_unsupported();
+  if (!why.empty()) GTEST_SKIP() << why;
+  hvl::set_huge_page_inputs(true);
+  UserBuffer u((size_t{11} << 20) + 5, 64);
+  ASSERT_NE(u.map, nullptr);
+  hvl::huge_pages_for_sending(u.data, u.bytes);
+  hvl::ByteRange r = hvl::huge_pages_for_sending(u.data, u.bytes);
+  ASSERT_NE(r.lo, r.hi) << "moved at the second sight";
+  // Freed and made anew at the same address (4 KiB pages again): each check
+  // has to move it again; after the second such check it is left alone.
+  u.remake();
+  r = hvl::huge_pages_for_sending(u.data, u.bytes);
+  EXPECT_NE(r.lo, r.hi) << "moved again: one slow check may be a preemption";
+  EXPECT_TRUE(u.intact());
+  u.remake();
+  r = hvl::huge_pages_for_sending(u.data, u.bytes);
+  EXPECT_EQ(r.lo, r.hi) << "the second slow check in a row gives up";
+  u.remake();
+  r = hvl::huge_pages_for_sending(u.data, u.bytes);
+  EXPECT_EQ(r.lo, r.hi);
+  EXPECT_EQ(u.huge_bytes(), 0u) << "not moved any more";
+  EXPECT_TRUE(u.intact());
+}

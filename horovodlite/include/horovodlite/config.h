@@ -88,6 +88,13 @@ struct Config {
   // malloc settings of the user's own (GLIBC_TUNABLES glibc.malloc.*, MALLOC_*_).
   bool keep_freed_memory = true;
 
+  // HUGE_PAGE_INPUTS (0/1, default 1): a large tensor that a host collective
+  // sends from the user's own memory (a single tensor's input or output), seen
+  // again in a later op, has its whole 2 MiB pages moved onto transparent huge
+  // pages in place (madvise MADV_COLLAPSE), where the peers' single copies pin
+  // them far faster (host_memory.h, huge_pages_for_sending). 0: left as it is.
+  bool huge_page_inputs = true;
+
   // THREAD_AFFINITY (Horovod's HOROVOD_THREAD_AFFINITY): the CPU of each local
   // rank's background thread, where the collectives run. "auto" (the default,
   // also unset or empty): pinned only where more ranks of this machine share

@@ -74,7 +74,7 @@ bool adasum_dtype(DataType dtype) {
          dtype == DataType::kFloat64;
 }
 
-Adasum::Adasum(MPI_Comm comm) : comm_(comm) {
+Adasum::Adasum(MPI_Comm comm, bool peers_on_host) : comm_(comm), peers_on_host_(peers_on_host) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
@@ -114,6 +114,17 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   HVL_RETURN_IF_ERROR(reserve(&ring_, static_cast<size_t>(2 * kStagedSlots * segment)));
   if (in == out || size_ > 2) HVL_RETURN_IF_ERROR(reserve(&scratch_, static_cast<size_t>(half * elem)));
   if (size_ > 2) HVL_RETURN_IF_ERROR(reserve(&scratch2_, static_cast<size_t>((half - half / 2) * elem)));
+  // What of `in` and of `data` is on huge pages (sent as it is; the rest is
+  // copied into slots): a HostBuffer, or the user's buffers moved there from
+  // their second op on where the peers on this host copy out of them.
+  const size_t bytes = static_cast<size_t>(total * elem);
+  auto sendable = [&](const void* p) {
+    if (peers_on_host_) return huge_pages_for_sending(p, bytes);
+    const char* b = static_cast<const char*>(p);
+    return on_huge_pages(p, bytes) ? ByteRange{b, b + bytes} : ByteRange{};
+  };
+  const ByteRange in_huge = sendable(in);
+  const ByteRange data_huge = in == out ? in_huge : sendable(out);
   char* const send_ring = ring_.data();  // kStagedSlots slots
   // The other kStagedSlots slots: the last level's results go from there,
   // unless `data` (the output, or in place the buffer) is on huge pages
@@ -122,7 +133,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   // peer may still cache when the next op's first exchange measures the send
   // slots (SlotStores).
   char* const gather_ring = ring_.data() + kStagedSlots * segment;
-  char* const result_ring = on_huge_pages(data, static_cast<size_t>(total * elem)) ? nullptr : gather_ring;
+  char* const result_ring = data_huge.contains(data, bytes) ? nullptr : gather_ring;
   std::vector<Scalar> sums(3 * ntensors), received(3 * ntensors);
   const int64_t seg = segment / elem;
   // Plain or streaming stores into the slots, as measured in this op.
@@ -173,12 +184,12 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       partials.assign(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg), {});
       // Piece by piece as the partner's values arrive (stored: the
       // combination reads them again).
-      HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagData, src, send_ring, kStagedSlots, &stores, elem, seg,
-                                          segments(send_lo, send_hi, seg, true), segments(keep_lo, keep_hi, seg, true),
-                                          theirs_base, keep_lo, kWindow, [&](int64_t plo, int64_t phi) {
-                                            piece_dots(src, theirs_base, keep_lo, plo, phi,
-                                                       &partials[static_cast<size_t>((plo - keep_lo) / seg)]);
-                                          }));
+      HVL_RETURN_IF_ERROR(staged_exchange(
+          comm_, partner, kTagData, src, send_ring, kStagedSlots, &stores, elem, seg,
+          segments(send_lo, send_hi, seg, true), segments(keep_lo, keep_hi, seg, true), theirs_base, keep_lo, kWindow,
+          src == data ? data_huge : in_huge, [&](int64_t plo, int64_t phi) {
+            piece_dots(src, theirs_base, keep_lo, plo, phi, &partials[static_cast<size_t>((plo - keep_lo) / seg)]);
+          }));
     }
     std::fill(sums.begin(), sums.end(), Scalar(0));
     for (const auto& piece : partials) {
@@ -255,7 +266,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       // level's), while it is still in cache.
       HVL_RETURN_IF_ERROR(make_and_exchange(
           comm_, partner, kTagGather, data, nullptr, elem, keep_lo, keep_hi, send_lo, send_hi, seg, !forward, 0,
-          combine_range, [](int64_t, int64_t) {}, &stores, result_ring, kStagedSlots));
+          combine_range, [](int64_t, int64_t) {}, &stores, result_ring, kStagedSlots, data_huge));
     }
     src = data;
     lo = keep_lo;
@@ -273,7 +284,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     const int64_t olo = lo == plo ? hi : plo, ohi = lo == plo ? phi : lo;
     HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagGather, data, gather_ring, kStagedSlots, &stores, elem, seg,
                                         segments(lo, hi, seg, true), segments(olo, ohi, seg, true), data, 0, 0,
-                                        [](int64_t, int64_t) {}));
+                                        data_huge, [](int64_t, int64_t) {}));
     lo = plo;
     hi = phi;
   }
@@ -321,7 +332,7 @@ AdasumAllreduce::AdasumAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBu
   // rank makes every Adasum response fail on every rank (with this reason).
   Status dup = mpi_status(MPI_Comm_dup(mpi.comm(), &comm_), "MPI_Comm_dup (Adasum)");
   init_status_ = mpi.agree(dup, "Adasum set-up", "making its communicator failed there");
-  if (init_status_.ok()) adasum_ = std::make_unique<Adasum>(comm_);
+  if (init_status_.ok()) adasum_ = std::make_unique<Adasum>(comm_, mpi.local_size() > 1);
 }
 
 AdasumAllreduce::~AdasumAllreduce() {

@@ -25,9 +25,12 @@
 // Memory passes (the op is memory-bound on a host). The dot products must be
 // complete before any element is combined, so the kept piece is read twice:
 // once for the dot products, once for the combination. Everything else is
-// arranged so that no third pass is needed. What is sent leaves from huge-page
-// slots (adasum_exchange.h: a peer's single copy out of them pins one page,
-// not 512), written with streaming stores where the peers' cores are far
+// arranged so that no third pass is needed. What is sent leaves from huge
+// pages (a peer's single copy out of one pins one page, not 512): from the
+// buffers where they are on huge pages already (the library's own, or the
+// user's moved there from their second op on: host_memory.h,
+// huge_pages_for_sending), else from huge-page slots (adasum_exchange.h),
+// written with streaming stores where the peers' cores are far
 // (measured op by op: SlotStores). The partner's segments are received two
 // ahead (kWindow), each just before its dot products, so it is read from
 // cache; out of place, the first
@@ -81,7 +84,10 @@ inline bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 // alive and uses it for nothing else while run() is in progress).
 class Adasum {
  public:
-  explicit Adasum(MPI_Comm comm);
+  // peers_on_host: some ranks of `comm` share this host (they copy what this
+  // rank sends out of its memory: the user's buffers are then moved onto huge
+  // pages from their second op on, host_memory.h, huge_pages_for_sending).
+  Adasum(MPI_Comm comm, bool peers_on_host);
   // `in` holds counts.size() tensors back to back, counts[i] elements each, of
   // `dtype`; `out` (== in: in place; else not overlapping it, and `in` is only
   // read) receives the Adasum of every rank's buffer, the same on every rank.
@@ -107,6 +113,7 @@ class Adasum {
   HostBuffer scratch2_;                   // and at every other level from the second (see run())
   HostBuffer ring_;                       // the slots what is sent leaves from (adasum_exchange.h)
   adasum_exchange::Placement placement_;  // how near the peers' cores are, measured op by op
+  bool peers_on_host_ = false;
 };
 
 // Adasum as the allreduce algorithm for responses whose op is Adasum: packs

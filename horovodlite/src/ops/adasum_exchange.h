@@ -10,7 +10,9 @@
 // time: out of 4 KiB pages that costs about as much as the copy, out of a
 // huge page next to nothing (host_memory.h). So staged_exchange and
 // make_and_exchange send from slots of a huge-page ring that the caller owns,
-// copying into them first or writing the values there in the first place.
+// copying into them first or writing the values there in the first place,
+// except segments that lie on huge pages already (the caller's ByteRange),
+// which go from where they are.
 #pragma once
 
 #include <mpi.h>
@@ -127,6 +129,35 @@ class SlotStores {
   double first_ = 0, rewrite_ = 0;  // seconds per byte, the faster of two
 };
 
+// The send slots of one exchange: taken in turn by the sends that need one
+// (sends from huge pages go as they are and take none); a slot is free again
+// once the send that last used it has completed.
+class SlotRing {
+ public:
+  SlotRing(char* base, size_t slots, int64_t slot_bytes) : base_(base), slot_bytes_(slot_bytes), user_(slots, kNone) {}
+  // The request of the send that last used the next slot (null: none).
+  MPI_Request* last_user(std::vector<MPI_Request>* reqs) const {
+    return user_[next_] == kNone ? nullptr : &(*reqs)[user_[next_]];
+  }
+  // Takes the next slot for the send with request index `req`; `k` (out): how
+  // many slots this exchange took before (SlotStores::copy's k).
+  char* take(size_t req, size_t* k) {
+    char* slot = base_ + static_cast<int64_t>(next_) * slot_bytes_;
+    user_[next_] = req;
+    next_ = (next_ + 1) % user_.size();
+    *k = taken_++;
+    return slot;
+  }
+  size_t slots() const { return user_.size(); }
+
+ private:
+  static constexpr size_t kNone = ~size_t{0};
+  char* base_;
+  int64_t slot_bytes_;
+  std::vector<size_t> user_;  // request index of each slot's last send
+  size_t next_ = 0, taken_ = 0;
+};
+
 // MPI_Test until done.
 inline Status wait(MPI_Request* r, const char* what) {
   Backoff backoff;
@@ -204,7 +235,8 @@ void for_each_segment(int64_t begin, int64_t end, int64_t seg, bool forward, F f
 template <typename Make, typename OnKeep>
 Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* recv, int64_t elem, int64_t send_lo,
                          int64_t send_hi, int64_t keep_lo, int64_t keep_hi, int64_t seg, bool forward, size_t window,
-                         Make make, OnKeep on_keep, SlotStores* stores, char* send_ring = nullptr, size_t slots = 0) {
+                         Make make, OnKeep on_keep, SlotStores* stores, char* send_ring = nullptr, size_t slots = 0,
+                         const ByteRange& huge = {}) {
   struct Piece {
     int64_t lo, hi;
     bool keep;
@@ -228,6 +260,8 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
   };
   size_t posted = 0, next_recv = 0, kept = 0;  // next_recv: the first receive not seen complete
   for (; posted < std::min(window, keeps.size()); ++posted) HVL_RETURN_IF_ERROR(post_recv(posted));
+  SlotRing ring(send_ring, slots, seg * elem);
+  sends.reserve(order.size());
   for (const Piece& p : order) {
     if (p.keep) {
       if (recv == nullptr) break;  // the peer's results: waited for below
@@ -241,15 +275,16 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
     const size_t bytes = static_cast<size_t>((p.hi - p.lo) * elem);
     char* at = data + p.lo * elem;
     char* slot = nullptr;
-    if (send_ring != nullptr) {
-      const size_t k = sends.size();
-      if (k >= slots) HVL_RETURN_IF_ERROR(wait(&sends[k - slots], "MPI_Isend (Adasum)"));
-      slot = send_ring + static_cast<int64_t>(k % slots) * seg * elem;
+    size_t k = 0;  // the slot write's index
+    // A result on huge pages already is sent from where it is made.
+    if (send_ring != nullptr && (recv != nullptr || !huge.contains(at, bytes))) {
+      if (MPI_Request* last = ring.last_user(&sends)) HVL_RETURN_IF_ERROR(wait(last, "MPI_Isend (Adasum)"));
+      slot = ring.take(sends.size(), &k);
       if (recv != nullptr) at = slot;  // only sent
     }
     make(p.lo, p.hi, at, at == slot && stores->streaming());
     if (slot != nullptr && slot != at)
-      stores->copy(slot, at, bytes, sends.size(), slots);  // a result: kept, and sent from the slot
+      stores->copy(slot, at, bytes, k, slots);  // a result: kept, and sent from the slot
     sends.emplace_back(MPI_REQUEST_NULL);
     HVL_MPI_CHECK(
         MPI_Isend(slot != nullptr ? slot : at, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm, &sends.back()));
@@ -267,8 +302,8 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
 // A pair's exchange of segments: this rank sends the segments `sends` of src
 // (in that order), each copied first (by *stores) into one of `slots` slots of send_ring
 // (the peer's single copy then pins one page and reads from cache, where a copy
-// out of 4 KiB pages pins each and reads memory; src already on huge pages,
-// on_huge_pages, is sent as it is), and receives the peer's segments `recvs`
+// out of 4 KiB pages pins each and reads memory; a segment on huge pages
+// already, inside `huge`, is sent as it is), and receives the peer's segments `recvs`
 // into recv_base + (lo - recv_lo) elements, `window` of them in flight (0:
 // all), calling on_recv(lo, hi) on each in order as it arrives. One loop that
 // only tests drives both directions, so neither side waits on the other.
@@ -277,17 +312,11 @@ Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* 
                        SlotStores* stores, int64_t elem, int64_t seg,
                        const std::vector<std::pair<int64_t, int64_t>>& sends,
                        const std::vector<std::pair<int64_t, int64_t>>& recvs, char* recv_base, int64_t recv_lo,
-                       size_t window, OnRecv on_recv) {
+                       size_t window, const ByteRange& huge, OnRecv on_recv) {
   const size_t nsend = sends.size(), nrecv = recvs.size();
-  const int64_t slot_bytes = seg * elem;
   auto bytes_of = [&](const std::pair<int64_t, int64_t>& p) { return static_cast<int>((p.second - p.first) * elem); };
   std::vector<MPI_Request> send_reqs(nsend, MPI_REQUEST_NULL), recv_reqs(nrecv, MPI_REQUEST_NULL);
-  bool copy = nsend > 0;
-  if (copy) {
-    int64_t lo = sends[0].first, hi = sends[0].second;
-    for (const auto& p : sends) lo = std::min(lo, p.first), hi = std::max(hi, p.second);
-    copy = !on_huge_pages(src + lo * elem, static_cast<size_t>((hi - lo) * elem));
-  }
+  SlotRing ring(send_ring, slots, seg * elem);
   if (window == 0) window = nrecv;
   size_t posted = 0, sent = 0, done = 0;
   auto post_recv = [&]() {
@@ -301,13 +330,16 @@ Status staged_exchange(MPI_Comm comm, int peer, int tag, const char* src, char* 
   while (sent < nsend || done < nrecv) {
     bool progress = false;
     if (sent < nsend) {
+      const char* from = src + sends[sent].first * elem;
+      const bool copy = !huge.contains(from, static_cast<size_t>(bytes_of(sends[sent])));
       int free_slot = 1;
-      if (copy && sent >= slots) HVL_MPI_CHECK(MPI_Test(&send_reqs[sent - slots], &free_slot, MPI_STATUS_IGNORE));
+      MPI_Request* last = copy ? ring.last_user(&send_reqs) : nullptr;
+      if (last != nullptr) HVL_MPI_CHECK(MPI_Test(last, &free_slot, MPI_STATUS_IGNORE));
       if (free_slot) {
-        const char* from = src + sends[sent].first * elem;
         if (copy) {
-          char* slot = send_ring + static_cast<int64_t>(sent % slots) * slot_bytes;
-          stores->copy(slot, from, static_cast<size_t>(bytes_of(sends[sent])), sent, slots);
+          size_t k = 0;
+          char* slot = ring.take(sent, &k);
+          stores->copy(slot, from, static_cast<size_t>(bytes_of(sends[sent])), k, slots);
           from = slot;
         }
         HVL_MPI_CHECK(MPI_Isend(from, bytes_of(sends[sent]), MPI_BYTE, peer, tag, comm, &send_reqs[sent]));

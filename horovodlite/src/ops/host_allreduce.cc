@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "enforce.h"
+#include "host_memory.h"
 #include "kernels/reduce.h"
 #include "op_util.h"
 #include "ops/fusion.h"
@@ -100,6 +101,13 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
     if (pre != 1.0) {
       kernels::scale_copy(out, in, total, r.dtype, pre);
       in = out;
+    }
+    if (e != nullptr && mpi_.local_size() > 1) {
+      // The peers on this host copy out of both (the input in the first step,
+      // the output after it): on huge pages from the second op with them on.
+      const size_t bytes = static_cast<size_t>(total) * elem;
+      huge_pages_for_sending(in, bytes);
+      if (out != in) huge_pages_for_sending(out, bytes);
     }
     {
       ObservedPhase phase(args.observer, r, name());

@@ -71,8 +71,8 @@ def test_result_shape_dtype_and_noncontiguous_input(size):
     assert torch.equal(hvd.allreduce(x, name="pool.nc.avg"), expected / size)
 
 
-def _vm_flags(address):
-    """The VmFlags of the mapping that holds `address` (/proc/self/smaps)."""
+def _smaps_field(address, field):
+    """A field of the mapping that holds `address` (/proc/self/smaps), split."""
     inside = False
     with open("/proc/self/smaps") as f:
         for line in f:
@@ -80,9 +80,39 @@ def _vm_flags(address):
             if "-" in head and ":" not in head:
                 lo, hi = (int(v, 16) for v in head.split("-"))
                 inside = lo <= address < hi
-            elif inside and line.startswith("VmFlags:"):
+            elif inside and line.startswith(field + ":"):
                 return line.split()[1:]
     return []
+
+
+def _vm_flags(address):
+    """The VmFlags of the mapping that holds `address`."""
+    return _smaps_field(address, "VmFlags")
+
+
+def _huge_kib(address):
+    """KiB of the mapping that holds `address` on transparent huge pages."""
+    return int(_smaps_field(address, "AnonHugePages")[0])
+
+
+def _thp_mode():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
+    except OSError:
+        return ""
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else ""
+
+
+def _kernel_moves_onto_huge_pages():
+    """Whether madvise(MADV_COLLAPSE) (Linux 6.1) moves this process's memory."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    t = torch.ones(3 << 20)  # 12 MiB: whole 2 MiB pages inside it
+    lo = (t.data_ptr() + (2 << 20) - 1) & ~((2 << 20) - 1)
+    return libc.madvise(lo, 2 << 20, 25) == 0
 
 
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
@@ -106,6 +136,32 @@ def test_large_results_sit_on_huge_page_storages(size):
     assert torch.equal(out[:n], expected)
     small = hvd.allreduce(_input(0), name="pool.small", op=hvd.Sum)  # under 2 MiB: LibTorch's allocator
     assert "hg" not in _vm_flags(small.data_ptr())
+
+
+def test_a_large_input_sent_again_moves_onto_huge_pages(size):
+    """HOROVODLITE_HUGE_PAGE_INPUTS (default 1): a tensor of 4 MiB or more that
+    hvd.allreduce sends from the user's own memory moves onto huge pages from
+    its second call on (its whole 2 MiB pages, in place: host_memory.h), where
+    the peers on this host copy out of it far faster; its address and values
+    stay, and the results are right."""
+    if any(v in os.environ for v in ("HOROVODLITE_HUGE_PAGE_INPUTS", "HOROVOD_HUGE_PAGE_INPUTS")):
+        pytest.skip("set by the environment")
+    if hvd.local_size() < 2:
+        pytest.skip("no peer on this host")
+    if _thp_mode() != "madvise":
+        pytest.skip("THP mode %r: a tensor may start on huge pages, or never move" % _thp_mode())
+    if not _kernel_moves_onto_huge_pages():
+        pytest.skip("this kernel does not move memory onto huge pages on request (MADV_COLLAPSE)")
+    n = (3 << 20) + 777  # 12 MiB of float32 and a bit
+    x = torch.arange(n, dtype=torch.float32) + hvd.rank()
+    ptr, before = x.data_ptr(), _huge_kib(x.data_ptr())
+    expected = torch.arange(n, dtype=torch.float32) * size + sum(range(size))
+    for _ in range(3):
+        assert torch.equal(hvd.allreduce(x, name="huge.input", op=hvd.Sum), expected)
+        assert x.data_ptr() == ptr
+        assert torch.equal(x, torch.arange(n, dtype=torch.float32) + hvd.rank())
+    whole_pages = (n * 4 - (2 << 20)) // (2 << 20) * (2 << 20)  # at least, wherever x starts
+    assert _huge_kib(ptr) - before >= whole_pages >> 10, (before, _huge_kib(ptr))
 
 
 def test_requires_grad_keeps_the_autograd_path(size):
