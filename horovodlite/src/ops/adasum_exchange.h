@@ -148,7 +148,6 @@ class SlotRing {
     *k = taken_++;
     return slot;
   }
-  size_t slots() const { return user_.size(); }
 
  private:
   static constexpr size_t kNone = ~size_t{0};
