@@ -205,7 +205,6 @@ ByteRange huge_pages_for_sending(const void* p, size_t bytes) {
   const char* begin = static_cast<const char*>(p);
   if (p == nullptr || bytes == 0) return {};
   if (on_huge_pages(p, bytes)) return {begin, begin + bytes};
-#if defined(__linux__)
   if (bytes < kMoveToHugePagesMinBytes || !g_move_inputs.load(std::memory_order_relaxed) || !thp_allowed()) return {};
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t lo = (a + HostBuffer::kHugePage - 1) / HostBuffer::kHugePage * HostBuffer::kHugePage;
@@ -253,9 +252,6 @@ ByteRange huge_pages_for_sending(const void* p, size_t bytes) {
   }
   s->state = Seen::kMoved;
   return {reinterpret_cast<const char*>(lo), reinterpret_cast<const char*>(hi)};
-#else
-  return {};
-#endif
 }
 
 }  // namespace horovodlite

@@ -101,7 +101,10 @@ struct ByteRange {
 // pages moved). Off with HUGE_PAGE_INPUTS=0 (Config::huge_page_inputs), where
 // the kernel's THP mode is "never", and for buffers the kernel will not move
 // (file-backed or shared mappings: tried once per buffer; a kernel short of
-// free huge pages: tried again later). Returns what of [p, p + bytes) lies on
+// free huge pages: tried again later), nor for a buffer that comes back on
+// fresh 4 KiB pages at every op (freed and allocated anew at the same
+// address: left alone after two checks in a row that had to move it again).
+// Returns what of [p, p + bytes) lies on
 // huge pages for the op in progress: all of it inside a HostBuffer; the whole
 // 2 MiB pages inside it where MADV_COLLAPSE just returned 0 (moved now or
 // before); otherwise nothing. Thread-safe.

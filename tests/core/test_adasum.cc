@@ -6,13 +6,11 @@
 // largest neither flush to zero nor overflow; other world sizes get a clear
 // error naming the tensor and the size.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -20,6 +18,7 @@
 
 #include "horovodlite/horovodlite.h"
 #include "host_memory.h"
+#include "huge_page_probe.h"
 #include "ops/adasum.h"
 #include "ops/adasum_exchange.h"
 #include "test_util.h"
@@ -283,18 +282,8 @@ TEST(Adasum, ExtremeMagnitudesNeitherFlushNorOverflow) {
 // kernel does it on request (MADV_COLLAPSE, Linux 6.1), and its THP mode is not
 // "never" (where the library leaves memory alone, as the administrator said).
 bool kernel_moves_onto_huge_pages() {
-  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string mode;
-  std::getline(mode_file, mode);
-  if (mode.empty() || mode.find("[never]") != std::string::npos) return false;
-  const size_t huge = HostBuffer::kHugePage;
-  void* m = mmap(nullptr, 2 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return false;
-  char* lo = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(m) + huge - 1) / huge * huge);
-  std::memset(lo, 1, huge);
-  const bool ok = madvise(lo, huge, 25 /* MADV_COLLAPSE */) == 0;
-  munmap(m, 2 * huge);
-  return ok;
+  const std::string mode = hvl_test::thp_mode();
+  return !mode.empty() && mode != "never" && hvl_test::collapse_unsupported().empty();
 }
 
 // The user's buffers, sent as they are (one tensor), are moved onto huge pages

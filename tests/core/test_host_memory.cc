@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "host_memory.h"
+#include "huge_page_probe.h"
 #include "ops/fusion.h"
 
 namespace hvl = horovodlite;
@@ -102,15 +103,7 @@ namespace {
 
 constexpr size_t kHuge = hvl::HostBuffer::kHugePage;
 
-// The kernel's transparent huge page mode (the bracketed word of
-// /sys/kernel/mm/transparent_hugepage/enabled); "" without THP.
-std::string thp_mode() {
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string line;
-  std::getline(f, line);
-  const size_t open = line.find('['), close = line.find(']');
-  return open == std::string::npos || close == std::string::npos ? "" : line.substr(open + 1, close - open - 1);
-}
+using hvl_test::thp_mode;
 
 // A field of the mapping that holds `p`, from /proc/self/smaps ("" if absent).
 std::string smaps_field(const void* p, const std::string& field) {
@@ -276,25 +269,19 @@ struct UserBuffer {
   }
 };
 
-// Whether this kernel moves private anonymous memory onto huge pages on
-// request (MADV_COLLAPSE, Linux 6.1; not where THP is "never"). "" if it does,
-// else why not.
-std::string collapse_unsupported() {
+// "" where the tests below can run: the THP mode is "madvise" (a user's
+// buffer starts on 4 KiB pages, and the library moves it) and this kernel
+// moves memory onto huge pages on request; else why not.
+std::string moving_unsupported() {
   if (thp_mode().empty() || thp_mode() == "never") return "transparent huge pages are off";
   if (thp_mode() != "madvise") return "THP mode '" + thp_mode() + "': a user's buffer may start on huge pages";
-  UserBuffer probe(2 * kHuge, 0);
-  if (probe.map == nullptr) return "mmap failed";
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(probe.data) + kHuge - 1) / kHuge * kHuge;
-  if (madvise(reinterpret_cast<void*>(lo), kHuge, 25 /* MADV_COLLAPSE */) != 0) {
-    return std::string("MADV_COLLAPSE: ") + std::strerror(errno);
-  }
-  return "";
+  return hvl_test::collapse_unsupported();
 }
 
 }  // namespace
 
 TEST(HugePagesForSending, TheSecondSightMovesTheWhole2MiBPagesInsideAndKeepsTheContents) {
-  const std::string why = collapse_unsupported();
+  const std::string why = moving_unsupported();
   if (!why.empty()) GTEST_SKIP() << why;
   hvl::set_huge_page_inputs(true);
   UserBuffer u((size_t{9} << 20) + 12345, 4096 + 100);
@@ -325,7 +312,7 @@ TEST(HugePagesForSending, TheSecondSightMovesTheWhole2MiBPagesInsideAndKeepsTheC
 }
 
 TEST(HugePagesForSending, SmallOffOrLibraryBuffers) {
-  const std::string why = collapse_unsupported();
+  const std::string why = moving_unsupported();
   if (!why.empty()) GTEST_SKIP() << why;
   hvl::set_huge_page_inputs(true);
   // Under kMoveToHugePagesMinBytes: never moved.
@@ -352,7 +339,7 @@ TEST(HugePagesForSending, SmallOffOrLibraryBuffers) {
 }
 
 TEST(HugePagesForSending, ABufferMadeAnewEveryOpIsLeftAloneAfterTwo) {
-  const std::string why = collapse_unsupported();
+  const std::string why = moving_unsupported();
   if (!why.empty()) GTEST_SKIP() << why;
   hvl::set_huge_page_inputs(true);
   UserBuffer u((size_t{11} << 20) + 5, 64);
