@@ -42,7 +42,8 @@
 // segment of the half sent next is combined into a send slot and sent, each
 // segment of the half kept is combined as the next partner's segment arrives
 // and its dot products computed at once, all while in cache. The float32
-// kernels prefetch 4 KiB ahead (adasum_kernels.cc).
+// kernels prefetch ahead (adasum_kernels.cc): the combination into L1, the
+// dot products this rank's piece into L2.
 //
 // Per tensor: a fused buffer holds several tensors back to back, and each
 // tensor is combined with its own dot products (as Horovod does), so fusion

@@ -21,16 +21,35 @@ __attribute__((target("avx2,fma"))) double hsum(__m256d v) {
   return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
-// Software prefetch this far ahead of the loads. The pieces are walked in
-// 256 KiB segments, the combination's segments last first, and the hardware
-// streamer restarts at every 4 KiB page: of 8M floats with the caches flushed,
-// the combination took 6.9 ms without and 5.7 ms with it (one process; 5.6 and
-// 5.3 ms with two at once). Prefetches past the end of a piece are harmless
-// (never fault; the neighbouring segment).
-constexpr uintptr_t kPrefetchBytes = 4096;
+// Software prefetch. The pieces are walked in 256 KiB segments, the
+// combination's segments last first, and the hardware streamer restarts at
+// every 4 KiB page.
+//
+// The combination prefetches both pieces 4 KiB ahead into L1: of 8M floats
+// with the caches flushed, it took 6.9 ms without and 5.7 ms with it (one
+// process; 5.6 and 5.3 ms with two at once; an earlier machine). On this
+// wave's VM (AMD EPYC) it takes 2.5 ms, and a scratch copy without it, or with
+// it into L2, was not faster beyond the noise: left as it is.
+//
+// The dot products read this rank's piece from memory (at the first level:
+// the user's tensor) against the partner's segment, just copied in and still
+// in cache. Three multiply-adds in double per element pair make them as much
+// bound by arithmetic as by memory, and with the L1 prefetch they kept too few
+// lines in flight: 8M floats from memory against a segment in cache took
+// 2.5 ms, twice the 1.2 ms of the arithmetic alone. Prefetched into L2 8 KiB
+// ahead instead (L2 holds more misses in flight than L1's miss buffers), and
+// only the piece from memory: 1.3 ms (bench/kernels/bench_adasum_kernels,
+// docs/adasum.md). Prefetches past the end of a piece are harmless (they never
+// fault; the neighbouring segment).
+constexpr uintptr_t kPrefetchL1Bytes = 4096;
+constexpr uintptr_t kPrefetchL2Bytes = 8192;
 
-__attribute__((target("avx2,fma"), always_inline)) inline void prefetch(const float* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kPrefetchBytes), _MM_HINT_T0);
+__attribute__((target("avx2,fma"), always_inline)) inline void prefetch_l1(const float* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kPrefetchL1Bytes), _MM_HINT_T0);
+}
+
+__attribute__((target("avx2,fma"), always_inline)) inline void prefetch_l2(const float* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kPrefetchL2Bytes), _MM_HINT_T1);
 }
 
 struct DotsAcc {
@@ -55,9 +74,8 @@ __attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const flo
   const __m256d z = _mm256_setzero_pd();
   DotsAcc s{z, z, z, z, z, z};
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {  // one cache line of each, prefetched ahead
-    prefetch(x + i);
-    prefetch(y + i);
+  for (; i + 16 <= n; i += 16) {  // one cache line of each; x's prefetched ahead
+    prefetch_l2(x + i);
     dots8(x + i, y + i, s);
     dots8(x + i + 8, y + i + 8, s);
   }
@@ -95,8 +113,8 @@ __attribute__((target("avx2,fma"))) void combine_f32_avx2(float* out, const floa
   const __m256d vx = _mm256_set1_pd(cx), vy = _mm256_set1_pd(cy);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    prefetch(x + i);
-    prefetch(y + i);
+    prefetch_l1(x + i);
+    prefetch_l1(y + i);
     for (int k = 0; k < 16; k += 4) combine4<Stream>(out + i + k, x + i + k, y + i + k, vx, vy);
   }
   for (; i + 4 <= n; i += 4) combine4<Stream>(out + i, x + i, y + i, vx, vy);
