@@ -148,7 +148,8 @@ class MpiContext {
 
 // An integer control variable of the MPI library (an Open MPI MCA parameter,
 // e.g. "btl_tcp_eager_limit") read through the MPI tool interface; 0 when this
-// MPI has no such variable or it is not an integer.
+// MPI has no such variable or it is not an integer. Read once per process and
+// name, then kept (each read through MPI_T loads every Open MPI component).
 int64_t mpi_control_variable(const char* name);
 
 // Completes a non-blocking MPI request without spinning a core: tests, then
