@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "host_memory.h"
+#include "ops/adasum.h"
 #include "ops/adasum_kernels.h"
 
 namespace ak = horovodlite::adasum_kernels;
@@ -25,7 +26,7 @@ using horovodlite::HostBuffer;
 
 namespace {
 
-constexpr int64_t kSegment = (256 << 10) / 4;  // floats: Adasum::kSegmentBytes
+constexpr int64_t kSegment = horovodlite::Adasum::kSegmentBytes / 4;  // floats, as the op cuts them
 
 void report(const char* name, int reps, const std::function<void()>& flush, const std::function<void()>& fn) {
   std::vector<double> ms;
@@ -63,7 +64,6 @@ int main(int argc, char** argv) {
   }
   for (int64_t i = 0; i < kSegment; ++i) floats(seg)[i] = static_cast<float>(i % 89) - 44.0f;
   std::memset(flush.data(), 1, flush_bytes);
-  volatile char sink = 0;
   auto flush_caches = [&] {  // writes every line: the pieces' lines are evicted
     for (size_t i = 0; i < flush_bytes; i += 64) flush.data()[i] = static_cast<char>(flush.data()[i] + 1);
   };
@@ -82,6 +82,5 @@ int main(int argc, char** argv) {
     for (int64_t s = n - kSegment; s >= 0; s -= kSegment)
       ak::combine_f32(floats(y) + s, floats(x) + s, floats(y) + s, kSegment, 0.75L, 0.75L, false);
   });
-  sink = static_cast<char>(acc[0] > 0);
-  return sink == 2;
+  return 0;
 }

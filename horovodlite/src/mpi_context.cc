@@ -70,32 +70,7 @@ T read_as(const unsigned char* bytes) {
   std::memcpy(&v, bytes, sizeof(T));
   return v;
 }
-}  // namespace
 
-namespace {
-int64_t read_control_variable(const char* name);
-}  // namespace
-
-int64_t mpi_control_variable(const char* name) {
-  // Read once per process and kept: MCA parameters are fixed once MPI is
-  // initialised, and each MPI_T_init_thread of Open MPI 4.1 opens every
-  // component of every framework to register its variables (dlopen, library
-  // constructors and all; MPI_T_finalize closes them again). Every init of
-  // horovodlite reads these limits: reading them anew each time took as many
-  // loads, and one of them (libfabric's PSM2 provider, under mca_mtl_ofi)
-  // sometimes sleeps in its constructor for tens of seconds, which stalled a
-  // rank while its peers waited in the negotiation (docs/multihost.md).
-  static std::mutex mu;
-  static std::vector<std::pair<std::string, int64_t>> known;
-  std::lock_guard<std::mutex> lock(mu);
-  for (const auto& [n, v] : known)
-    if (n == name) return v;
-  const int64_t v = read_control_variable(name);
-  known.emplace_back(name, v);
-  return v;
-}
-
-namespace {
 int64_t read_control_variable(const char* name) {
   // Open MPI 4.1's MPI_T_init_thread stores the level it is asked for as the
   // library's thread level (ompi_mpi_thread_level): asking for less than
@@ -142,6 +117,25 @@ int64_t read_control_variable(const char* name) {
   return std::max<int64_t>(0, out);
 }
 }  // namespace
+
+int64_t mpi_control_variable(const char* name) {
+  // Read once per process and kept: MCA parameters are fixed once MPI is
+  // initialised, and each MPI_T_init_thread of Open MPI 4.1 opens every
+  // component of every framework to register its variables (dlopen, library
+  // constructors and all; MPI_T_finalize closes them again). Every init of
+  // horovodlite reads these limits: reading them anew each time took as many
+  // loads, and one of them (libfabric's PSM2 provider, under mca_mtl_ofi)
+  // sometimes sleeps in its constructor for tens of seconds, which stalled a
+  // rank while its peers waited in the negotiation (docs/multihost.md).
+  static std::mutex mu;
+  static std::vector<std::pair<std::string, int64_t>> known;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [n, v] : known)
+    if (n == name) return v;
+  const int64_t v = read_control_variable(name);
+  known.emplace_back(name, v);
+  return v;
+}
 
 Status mpi_wait(MPI_Request* request, const char* what, int max_sleep_us) {
   int done = 0;
