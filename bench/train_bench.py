@@ -13,6 +13,7 @@ and the ratio horovodlite / DDP. Both distributed runs are started with mpirun
     /usr/bin/python3 ... (Debian's torch 1.13, with PYTHONPATH=build-debian/python)
     /usr/bin/python3 bench/train_bench.py --np 2 --variant fp16:compression=fp16 \\
         --variant cycle5:HOROVODLITE_CYCLE_TIME=5 --variant noring:HOROVODLITE_RING_THRESHOLD=-1
+    .venv/bin/python bench/train_bench.py --np 2 --configs hvd --variant adasum:op=adasum
 
 horovodlite.torch must be importable: PYTHONPATH=<build>/python, or --pythonpath.
 See docs/benchmarks_python.md.
@@ -67,7 +68,7 @@ def parse_args(argv):
     p.add_argument("--configs", default="single,hvd,ddp",
                    help="comma-separated subset of single,hvd,ddp (variants always run)")
     p.add_argument("--variant", action="append", default=[], metavar="LABEL:K=V[,K=V...]",
-                   help="an extra horovodlite run; K is compression (none|fp16) or an environment "
+                   help="an extra horovodlite run; K is compression (none|fp16), op (average|adasum) or an environment "
                         "variable, e.g. cycle5:HOROVODLITE_CYCLE_TIME=5")
     p.add_argument("--max-foreign", type=float, default=None, metavar="FRACTION",
                    help="shared machine: rerun a run (up to --tries times) when other processes used more than "
@@ -101,7 +102,7 @@ def parse_variant(p, text):
     label, sep, rest = text.partition(":")
     if not sep or not label:
         p.error("--variant wants LABEL:K=V[,K=V...], got %r" % text)
-    compression, env = "none", {}
+    compression, op, env = "none", "average", {}
     for kv in filter(None, rest.split(",")):
         k, eq, v = kv.partition("=")
         if not eq:
@@ -110,9 +111,13 @@ def parse_variant(p, text):
             if v not in ("none", "fp16"):
                 p.error("--variant %r: compression is none or fp16" % text)
             compression = v
+        elif k == "op":
+            if v not in ("average", "adasum"):
+                p.error("--variant %r: op is average or adasum" % text)
+            op = v
         else:
             env[k] = v
-    return {"label": label, "backend": "hvd", "compression": compression, "env": env}
+    return {"label": label, "backend": "hvd", "compression": compression, "op": op, "env": env}
 
 
 def free_port():
@@ -149,7 +154,7 @@ def worker_args(args, cfg, out):
             "--batch-size", str(args.batch_size), "--in-features", str(args.in_features),
             "--hidden", str(args.hidden), "--layers", str(args.layers),
             "--threads-per-rank", str(args.threads_per_rank), "--compression", cfg["compression"],
-            "--model", args.model, "--image-size", str(args.image_size), "--out", out]
+            "--op", cfg.get("op", "average"), "--model", args.model, "--image-size", str(args.image_size), "--out", out]
 
 
 def run_one(args, cfg, tmpdir, idx):

@@ -40,6 +40,8 @@ def parse_args(argv):
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--threads-per-rank", type=int, default=1)
     p.add_argument("--compression", choices=("none", "fp16"), default="none", help="hvd only")
+    p.add_argument("--op", choices=("average", "adasum"), default="average",
+                   help="hvd only: the DistributedOptimizer's op (adasum: combines the local steps' updates)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", required=True, help="JSON result file (written by rank 0)")
     args = p.parse_args(argv)
@@ -180,7 +182,9 @@ def main(argv):
         hvd = comm.hvd
         compression = hvd.Compression.fp16 if args.compression == "fp16" else hvd.Compression.none
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=compression)
+        op = hvd.Adasum if args.op == "adasum" else hvd.Average
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=compression,
+                                       op=op)
         net = model
     elif args.backend == "ddp":
         net = nn.parallel.DistributedDataParallel(model)  # default bucket_cap_mb=25
@@ -259,6 +263,7 @@ def main(argv):
         "final_loss": float(loss.item()),
         "param_max_diff": max_diff,
         "compression": args.compression,
+        "op": args.op,
         "env": {k: v for k, v in os.environ.items() if k.startswith("HOROVODLITE_")},
     }
     if comm.rank == 0:

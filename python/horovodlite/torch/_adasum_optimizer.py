@@ -149,8 +149,10 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         for p, (handle, (_compressed, ctx)) in self._handles.items():
             start = self._starting_models[p]
             delta = self._compression.decompress(synchronize(handle), ctx)
-            start.data.add_(delta.data)
-            p.data.copy_(start)
+            # One pass: p (which holds the combined update, uncompressed) becomes
+            # its value before the local step plus that update. start is not read
+            # again until the next local step copies p into it.
+            torch.add(start.data, delta.data, out=p.data)
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._handles.clear()
         return loss
