@@ -1,6 +1,7 @@
 // Data-parallel training with horovodlite and LibTorch:
 //
 //   mpirun -np 4 ./train --epochs 5 --optimizer adam
+//   mpirun -np 4 ./train --use-adasum      # Adasum instead of averaging (2^k ranks)
 //
 // The data (--data): scikit-learn's handwritten digits (digits, the default: 1797
 // 8x8 images, 10 classes, read from the digits.csv.gz that Debian's python3-sklearn
@@ -8,7 +9,8 @@
 // (synthetic: 10 classes, each a mixture of two Gaussian clusters in 32
 // dimensions, so that the classes are not linearly separable). Every rank reads or
 // builds the same data, trains an MLP on its shard (DistributedRandomSampler), and
-// averages gradients with a DistributedOptimizer. Rank 0 reports the loss,
+// averages gradients with a DistributedOptimizer (with --use-adasum: combines the
+// ranks' updates with Adasum). Rank 0 reports the loss,
 // held-out accuracy and throughput per epoch, and can save a checkpoint that a
 // later run resumes from (--save / --resume). At the end every rank's weights are
 // compared (allreduced min and max): a difference is an error.
@@ -46,6 +48,7 @@ struct Flags {
   double lr = 0.0;  // 0: the optimizer's default
   std::string optimizer = "sgd";
   bool fp16 = false;
+  bool use_adasum = false;
   int accumulation_steps = 1;
   int checkpoint_segments = 0;
   std::string save_path;
@@ -191,6 +194,7 @@ Flags parse_flags(int argc, char** argv) {
     ("lr", "Learning rate per rank; multiplied by the number of ranks (0: the optimizer's default)", cxxopts::value<double>()->default_value("0"))
     ("optimizer", "sgd (momentum 0.9), adam, adamw, rmsprop or adagrad", cxxopts::value<std::string>()->default_value("sgd"))
     ("fp16", "Send gradients as float16 (compression)", cxxopts::value<bool>()->default_value("false"))
+    ("use-adasum", "Combine the ranks' updates with Adasum (2^k ranks) instead of averaging gradients; the learning rate is then not scaled by the number of ranks", cxxopts::value<bool>()->default_value("false"))
     ("accumulation-steps", "Backward passes per optimizer step (backward_passes_per_step)", cxxopts::value<int>()->default_value("1"))
     ("checkpoint-segments", "Activation checkpointing: run the MLP as N checkpointed segments (0: off; at most 5)", cxxopts::value<int>()->default_value("0"))
     ("save", "Rank 0 saves model and optimizer here after each epoch", cxxopts::value<std::string>()->default_value(""))
@@ -216,6 +220,7 @@ Flags parse_flags(int argc, char** argv) {
   f.lr = r["lr"].as<double>();
   f.optimizer = r["optimizer"].as<std::string>();
   f.fp16 = r["fp16"].as<bool>();
+  f.use_adasum = r["use-adasum"].as<bool>();
   f.accumulation_steps = r["accumulation-steps"].as<int>();
   f.checkpoint_segments = r["checkpoint-segments"].as<int>();
   f.save_path = r["save"].as<std::string>();
@@ -361,9 +366,13 @@ int run(int argc, char** argv) {
   Net model(train.x.size(1), f.checkpoint_segments);
   model->to(device);
   auto base = make_optimizer(f.optimizer, model->parameters(), f.lr);
-  // Horovod's convention: the learning rate grows with the number of ranks.
-  for (auto& group : base->param_groups()) group.options().set_lr(group.options().get_lr() * size);
+  // Horovod's convention: the learning rate grows with the number of ranks;
+  // with Adasum it does not (Horovod's Adasum guide).
+  if (!f.use_adasum) {
+    for (auto& group : base->param_groups()) group.options().set_lr(group.options().get_lr() * size);
+  }
   hvd::DistributedOptimizerOptions dopts;
+  dopts.op = f.use_adasum ? horovodlite::ReduceOp::kAdasum : horovodlite::ReduceOp::kAverage;
   dopts.compression = f.fp16 ? hvd::Compression::kFp16 : hvd::Compression::kNone;
   dopts.backward_passes_per_step = f.accumulation_steps;
   hvd::DistributedOptimizer opt(base, model->named_parameters(), dopts);
@@ -378,10 +387,10 @@ int run(int argc, char** argv) {
   if (rank == 0) {
     std::printf(
         "train: %d ranks, %d threads each, device %s, data %s, optimizer %s (lr %g), batch %lld per rank, "
-        "%d accumulation steps, fp16 %s, checkpoint segments %d, %lld train / %lld test samples\n",
+        "%d accumulation steps, fp16 %s, %s, checkpoint segments %d, %lld train / %lld test samples\n",
         size, threads, f.device.c_str(), f.data.c_str(), f.optimizer.c_str(),
         base->param_groups()[0].options().get_lr(), static_cast<long long>(f.batch_size), f.accumulation_steps,
-        f.fp16 ? "on" : "off", f.checkpoint_segments, static_cast<long long>(train.size()),
+        f.fp16 ? "on" : "off", f.use_adasum ? "Adasum" : "Average", f.checkpoint_segments, static_cast<long long>(train.size()),
         static_cast<long long>(test.size()));
     if (!f.resume_path.empty()) std::printf("resumed from %s after epoch %d\n", f.resume_path.c_str(), first_epoch);
     std::fflush(stdout);

@@ -2,11 +2,13 @@
 
     horovodlite-run -np 4 python3 examples/train.py --epochs 5 --optimizer adam
     horovodlite-run -np 4 python3 examples/train.py --cuda      # one GPU per rank
+    horovodlite-run -np 4 python3 examples/train.py --use-adasum  # Adasum (2^k ranks)
 
 Every rank builds the same deterministic synthetic data set (10 classes, each a
 mixture of two Gaussian clusters in 32 dimensions, so that the classes are not
 linearly separable), trains an MLP on its shard (DistributedSampler), and
-averages gradients with hvd.DistributedOptimizer. Rank 0 reports the loss,
+averages gradients with hvd.DistributedOptimizer (or, with --use-adasum, combines
+the ranks' updates with Adasum). Rank 0 reports the loss,
 held-out accuracy and throughput per epoch. With --cuda each rank trains on
 the GPU of its local rank (torch.cuda.set_device(hvd.local_rank())), and the
 gradients are averaged on the GPUs (NCCL, or through the host with
@@ -36,6 +38,9 @@ def parse_args():
                    help="learning rate per rank, multiplied by the number of ranks (0: the optimizer's default)")
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "rmsprop", "adagrad"], default="sgd")
     p.add_argument("--fp16", action="store_true", help="send gradients as float16 (compression)")
+    p.add_argument("--use-adasum", action="store_true",
+                   help="combine the ranks' updates with Adasum (op=hvd.Adasum; 2^k ranks) instead of averaging "
+                        "gradients; the learning rate is then not scaled by the number of ranks")
     p.add_argument("--cuda", action="store_true", help="train on the GPU of each rank's local rank")
     p.add_argument("--accumulation-steps", type=int, default=1,
                    help="backward passes per optimizer step (backward_passes_per_step)")
@@ -127,22 +132,27 @@ def main():
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
 
     model = Net().to(device)
-    # Scale the learning rate by the number of ranks (the global batch grows with it).
+    # Scale the learning rate by the number of ranks (the global batch grows with it);
+    # with Adasum not (Horovod's guide; Horovod scales by the local size on GPUs, where
+    # it sums within a node with NCCL first: horovodlite's Adasum of CUDA tensors
+    # combines every rank's update with Adasum, as on CPU).
+    lr_scaler = 1 if args.use_adasum else hvd.size()
     base = make_optimizer(args.optimizer, model.parameters(), 0.0).defaults["lr"]
-    lr = (args.lr or base) * hvd.size()
+    lr = (args.lr or base) * lr_scaler
     optimizer = make_optimizer(args.optimizer, model.parameters(), lr)
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(),
         compression=hvd.Compression.fp16 if args.fp16 else hvd.Compression.none,
-        backward_passes_per_step=args.accumulation_steps)
+        backward_passes_per_step=args.accumulation_steps,
+        op=hvd.Adasum if args.use_adasum else hvd.Average)
     # Start from rank 0's model and optimizer state.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     if hvd.rank() == 0:
         print("horovodlite train.py: %d ranks, %d threads each, %s lr=%g, batch %d x %d accumulation, fp16=%s, "
-              "device %s" % (hvd.size(), threads, args.optimizer, lr, args.batch_size, args.accumulation_steps,
-                             args.fp16, device.type), flush=True)
+              "%s, device %s" % (hvd.size(), threads, args.optimizer, lr, args.batch_size, args.accumulation_steps,
+                                 args.fp16, "Adasum" if args.use_adasum else "Average", device.type), flush=True)
 
     steps_per_epoch = len(loader) // args.accumulation_steps
     for epoch in range(1, args.epochs + 1):
