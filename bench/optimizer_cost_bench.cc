@@ -10,13 +10,14 @@
 //                    background loop's cycles and fused batches per round.
 //   --mode memory    a `--params`-parameter MLP (4 square Linear layers), SGD
 //                    with momentum, `--steps` steps through the C++
-//                    DistributedOptimizer (--fp16: fp16 compression); or, with
+//                    DistributedOptimizer (--fp16: fp16 compression; --adasum:
+//                    op Adasum, the local step first); or, with
 //                    --single, the plain optimizer in one process. Reports rank
 //                    0's peak RSS and minor page faults per step (median after
 //                    the first step), and whether the ranks' parameters agree.
 //
 //   mpirun -np 2 build/bench/optimizer_cost_bench --mode tensors --rounds 30
-//   mpirun -np 2 build/bench/optimizer_cost_bench --mode memory [--fp16]
+//   mpirun -np 2 build/bench/optimizer_cost_bench --mode memory [--fp16] [--adasum]
 //   build/bench/optimizer_cost_bench --mode memory --single
 #include <mpi.h>
 #include <sys/resource.h>
@@ -47,6 +48,7 @@ struct Flags {
   int steps = 5;
   int64_t batch = 32;
   bool fp16 = false;
+  bool adasum = false;
   bool single = false;
 };
 
@@ -79,6 +81,8 @@ Flags parse(int argc, char** argv) {
       f.batch = std::stoll(value());
     } else if (a == "--fp16") {
       f.fp16 = true;
+    } else if (a == "--adasum") {
+      f.adasum = true;
     } else if (a == "--single") {
       f.single = true;
     } else {
@@ -210,6 +214,7 @@ int run_memory(const Flags& f) {
   if (!f.single) {
     hvd::DistributedOptimizerOptions options;
     options.compression = f.fp16 ? hvd::Compression::kFp16 : hvd::Compression::kNone;
+    if (f.adasum) options.op = horovodlite::ReduceOp::kAdasum;
     opt = std::make_unique<hvd::DistributedOptimizer>(sgd, model->named_parameters(), options);
     hvd::broadcast_parameters(model->named_parameters(), 0);
   }
@@ -254,7 +259,7 @@ int run_memory(const Flags& f) {
     std::printf("C++ gradient memory: %lld-parameter MLP, SGD momentum, %d steps, rank 0:\n", static_cast<long long>(n),
                 f.steps);
     std::printf("  %-16s np=%d  peak RSS %7.1f MiB  page faults/step %7.0f  step %8.1f ms  ranks agree %s  grads %s\n",
-                f.single ? "single" : (f.fp16 ? "hvd_fp16" : "hvd"), size, peak, median(later), median(later_t) * 1e3,
+                f.single ? "single" : (f.adasum ? (f.fp16 ? "hvd_adasum_fp16" : "hvd_adasum") : (f.fp16 ? "hvd_fp16" : "hvd")), size, peak, median(later), median(later_t) * 1e3,
                 agree ? "True" : "False", grads_own ? "ok" : "MISSING");
   }
   if (!f.single) hvd::shutdown();
