@@ -258,9 +258,11 @@ int run_memory(const Flags& f) {
     for (const auto& p : model->parameters()) n += p.numel();
     std::printf("C++ gradient memory: %lld-parameter MLP, SGD momentum, %d steps, rank 0:\n", static_cast<long long>(n),
                 f.steps);
+    const std::string label =
+        f.single ? "single" : std::string(f.adasum ? "hvd_adasum" : "hvd") + (f.fp16 ? "_fp16" : "");
     std::printf("  %-16s np=%d  peak RSS %7.1f MiB  page faults/step %7.0f  step %8.1f ms  ranks agree %s  grads %s\n",
-                f.single ? "single" : (f.adasum ? (f.fp16 ? "hvd_adasum_fp16" : "hvd_adasum") : (f.fp16 ? "hvd_fp16" : "hvd")), size, peak, median(later), median(later_t) * 1e3,
-                agree ? "True" : "False", grads_own ? "ok" : "MISSING");
+                label.c_str(), size, peak, median(later), median(later_t) * 1e3, agree ? "True" : "False",
+                grads_own ? "ok" : "MISSING");
   }
   if (!f.single) hvd::shutdown();
   return agree && grads_own ? 0 : 1;

@@ -1,6 +1,8 @@
-// Adasum's float32 kernels with AVX2/FMA (adasum_kernels.h).
+// Adasum's float32, float16 and bfloat16 kernels with AVX2/FMA (float16 with
+// F16C), chosen at run time (adasum_kernels.h).
 #include "ops/adasum_kernels.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -44,11 +46,11 @@ __attribute__((target("avx2,fma"))) double hsum(__m256d v) {
 constexpr uintptr_t kPrefetchL1Bytes = 4096;
 constexpr uintptr_t kPrefetchL2Bytes = 8192;
 
-__attribute__((target("avx2,fma"), always_inline)) inline void prefetch_l1(const float* p) {
+__attribute__((target("avx2,fma"), always_inline)) inline void prefetch_l1(const void* p) {
   _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kPrefetchL1Bytes), _MM_HINT_T0);
 }
 
-__attribute__((target("avx2,fma"), always_inline)) inline void prefetch_l2(const float* p) {
+__attribute__((target("avx2,fma"), always_inline)) inline void prefetch_l2(const void* p) {
   _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kPrefetchL2Bytes), _MM_HINT_T1);
 }
 
@@ -127,7 +129,159 @@ bool use_avx2() {
   return yes;
 }
 
+// ---- float16 and bfloat16: widened 8 at a time (F16C; bfloat16 by a shift),
+// accumulated and combined in double as the generic loops, rounded back once ----
+
+bool use_f16c() {
+  static const bool yes = use_avx2() && __builtin_cpu_supports("f16c");
+  return yes;
+}
+
+struct Half {  // float16 <-> float with F16C (exact widening)
+  using T = uint16_t;
+  static constexpr bool kTinyToScalar = false;  // below 2^-126 float16 holds only zero
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static __m256 load8(const T* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  // Rounds 8 floats (each already rounded to odd from the double) to nearest even.
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static void store8(T* p, __m256 f) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static double load1(T x) { return F16::load(x); }
+  static T store1(double v) { return F16::store(v); }
+};
+
+struct Brain {  // bfloat16 <-> float: the top 16 bits of a float32
+  using T = uint16_t;
+  static constexpr bool kTinyToScalar = true;  // bfloat16 has float's subnormals
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static __m256 load8(const T* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  // Nearest even, NaNs kept quiet: kernels::detail::float_to_bfloat16_scalar, 8 at a time.
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static void store8(T* p, __m256 f) {
+    const __m256i u = _mm256_castps_si256(f);
+    const __m256i top = _mm256_srli_epi32(u, 16);
+    const __m256i odd = _mm256_and_si256(top, _mm256_set1_epi32(1));
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(top, _mm256_set1_epi32(0x40)), nan);
+    // 8 x 32 -> 8 x 16 bits (each value fits: no saturation), lanes back in order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+  static double load1(T x) { return BF16::load(x); }
+  static T store1(double v) { return BF16::store(v); }
+};
+
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void dots8_ps(__m256 a, __m256 b, DotsAcc& s) {
+  const __m256d a0 = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), a1 = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+  const __m256d b0 = _mm256_cvtps_pd(_mm256_castps256_ps128(b)), b1 = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
+  s.d0 = _mm256_fmadd_pd(a0, b0, s.d0);
+  s.d1 = _mm256_fmadd_pd(a1, b1, s.d1);
+  s.xx0 = _mm256_fmadd_pd(a0, a0, s.xx0);
+  s.xx1 = _mm256_fmadd_pd(a1, a1, s.xx1);
+  s.yy0 = _mm256_fmadd_pd(b0, b0, s.yy0);
+  s.yy1 = _mm256_fmadd_pd(b1, b1, s.yy1);
+}
+
+template <typename H>
+__attribute__((target("avx2,fma,f16c"))) void dots16_avx2(const uint16_t* x, const uint16_t* y, int64_t n,
+                                                          Scalar out[3]) {
+  const __m256d z = _mm256_setzero_pd();
+  DotsAcc s{z, z, z, z, z, z};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {  // one cache line of each; x's prefetched ahead (as dots_f32_avx2)
+    prefetch_l2(x + i);
+    for (int k = 0; k < 32; k += 8) dots8_ps(H::load8(x + i + k), H::load8(y + i + k), s);
+  }
+  for (; i + 8 <= n; i += 8) dots8_ps(H::load8(x + i), H::load8(y + i), s);
+  double d = hsum(_mm256_add_pd(s.d0, s.d1)), xx = hsum(_mm256_add_pd(s.xx0, s.xx1)),
+         yy = hsum(_mm256_add_pd(s.yy0, s.yy1));
+  for (; i < n; ++i) {
+    const double a = H::load1(x[i]), b = H::load1(y[i]);
+    d += a * b;
+    xx += a * a;
+    yy += b * b;
+  }
+  out[0] += d;
+  out[1] += xx;
+  out[2] += yy;
+}
+
+// Four doubles to float rounded to odd (the BF16 store's rule, adasum_kernels.h),
+// in the double's bits: its significand cut to float's 24 bits, the last of them
+// set where anything was cut, after which the conversion to float is exact. Then
+// one rounding to nearest even into float16 or bfloat16 equals a single rounding
+// of the double (float keeps more than two bits beyond either). Exact down to
+// float's smallest normal; below it the conversion rounds again, which only
+// bfloat16 can see (its subnormals): combine16_avx2 sends those to the scalar store.
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m128 to_float_odd(__m256d v) {
+  const __m256i q = _mm256_castpd_si256(v);
+  const __m256i cut = _mm256_set1_epi64x((int64_t{1} << 29) - 1);  // double's 52 - float's 23 bits
+  const __m256i any = _mm256_cmpeq_epi64(_mm256_and_si256(q, cut), _mm256_setzero_si256());
+  const __m256i odd = _mm256_andnot_si256(any, _mm256_set1_epi64x(int64_t{1} << 29));
+  return _mm256_cvtpd_ps(_mm256_castsi256_pd(_mm256_or_si256(_mm256_andnot_si256(cut, q), odd)));
+}
+
+template <typename H>
+__attribute__((target("avx2,fma,f16c"))) void combine16_avx2(uint16_t* out, const uint16_t* x, const uint16_t* y,
+                                                             int64_t n, double cx, double cy) {
+  const __m256d vx = _mm256_set1_pd(cx), vy = _mm256_set1_pd(cy);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    if ((i & 31) == 0) {
+      prefetch_l1(x + i);
+      prefetch_l1(y + i);
+    }
+    const __m256 a = H::load8(x + i), b = H::load8(y + i);
+    const __m256d lo = _mm256_fmadd_pd(vx, _mm256_cvtps_pd(_mm256_castps256_ps128(a)),
+                                       _mm256_mul_pd(vy, _mm256_cvtps_pd(_mm256_castps256_ps128(b))));
+    const __m256d hi = _mm256_fmadd_pd(vx, _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
+                                       _mm256_mul_pd(vy, _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1))));
+    if (H::kTinyToScalar) {  // nonzero below float's smallest normal: rare
+      const __m256d sign = _mm256_set1_pd(-0.0), tiny = _mm256_set1_pd(0x1p-126), zero = _mm256_setzero_pd();
+      const __m256d alo = _mm256_andnot_pd(sign, lo), ahi = _mm256_andnot_pd(sign, hi);
+      const __m256d tlo = _mm256_and_pd(_mm256_cmp_pd(alo, tiny, _CMP_LT_OQ), _mm256_cmp_pd(alo, zero, _CMP_NEQ_OQ));
+      const __m256d thi = _mm256_and_pd(_mm256_cmp_pd(ahi, tiny, _CMP_LT_OQ), _mm256_cmp_pd(ahi, zero, _CMP_NEQ_OQ));
+      if (_mm256_movemask_pd(_mm256_or_pd(tlo, thi)) != 0) {
+        alignas(32) double r[8];
+        _mm256_store_pd(r, lo);
+        _mm256_store_pd(r + 4, hi);
+        for (int k = 0; k < 8; ++k) out[i + k] = H::store1(r[k]);
+        continue;
+      }
+    }
+    H::store8(out + i, _mm256_set_m128(to_float_odd(hi), to_float_odd(lo)));
+  }
+  for (; i < n; ++i) out[i] = H::store1(std::fma(cx, H::load1(x[i]), cy * H::load1(y[i])));
+}
+
 }  // namespace
+
+bool half_kernels_vectorized() { return use_f16c(); }
+
+template <>
+void dots<F16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]) {
+  if (use_f16c()) return dots16_avx2<Half>(x, y, n, out);
+  dots_generic<F16>(x, y, n, out);
+}
+template <>
+void combine<F16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool) {
+  if (use_f16c()) return combine16_avx2<Half>(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
+  combine_generic<F16>(out, x, y, n, cx, cy);
+}
+template <>
+void dots<BF16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]) {
+  if (use_f16c()) return dots16_avx2<Brain>(x, y, n, out);
+  dots_generic<BF16>(x, y, n, out);
+}
+template <>
+void combine<BF16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool) {
+  if (use_f16c()) return combine16_avx2<Brain>(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
+  combine_generic<BF16>(out, x, y, n, cx, cy);
+}
 
 void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]) {
   if (use_avx2()) return dots_f32_avx2(x, y, n, out);
@@ -162,6 +316,23 @@ void stream_copy(void* dst, const void* src, size_t bytes) {
   if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
 }
 #else
+bool half_kernels_vectorized() { return false; }
+template <>
+void dots<F16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]) {
+  dots_generic<F16>(x, y, n, out);
+}
+template <>
+void combine<F16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool) {
+  combine_generic<F16>(out, x, y, n, cx, cy);
+}
+template <>
+void dots<BF16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]) {
+  dots_generic<BF16>(x, y, n, out);
+}
+template <>
+void combine<BF16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool) {
+  combine_generic<BF16>(out, x, y, n, cx, cy);
+}
 void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]) { dots_generic<F32>(x, y, n, out); }
 void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy, bool) {
   combine_generic<F32>(out, x, y, n, cx, cy);

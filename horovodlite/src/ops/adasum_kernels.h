@@ -1,7 +1,7 @@
 // Adasum's element kernels (adasum.h describes the algorithm): per dtype, the
 // partial dot products and squared norms of two pieces, and their combination,
 // both in a wider accumulator and rounded once. Internal to ops/adasum.cc;
-// float32 has AVX2/FMA forms in adasum_kernels.cc.
+// float32, float16 and bfloat16 have AVX2/FMA forms in adasum_kernels.cc.
 #pragma once
 
 #include <cfloat>
@@ -115,10 +115,12 @@ void combine(typename E::T* out, const typename E::T* x, const typename E::T* y,
 // memcpy elsewhere.
 void stream_copy(void* dst, const void* src, size_t bytes);
 
-// ---- AVX2/FMA for float32 (the common case): four doubles per instruction ----
+// ---- AVX2/FMA for float32 (the common case), float16 and bfloat16: four
+// doubles per instruction ----
 
 // float32: AVX2/FMA where the CPU has it (adasum_kernels.cc), else the generic
-// loops above; the same bits either way.
+// loops above; the same values up to the last bits of the double sums (they
+// add in another order, and multiply-add in one rounding).
 void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]);
 void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy, bool stream);
 template <>
@@ -129,6 +131,20 @@ template <>
 inline void combine<F32>(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy, bool stream) {
   combine_f32(out, x, y, n, cx, cy, stream);
 }
+
+// float16 and bfloat16: AVX2/FMA with F16C where the CPU has them
+// (adasum_kernels.cc; the combination with one multiply-add, then rounded once
+// as the generic store), else the generic loops. Defined there.
+template <>
+void dots<F16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]);
+template <>
+void combine<F16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool stream);
+template <>
+void dots<BF16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]);
+template <>
+void combine<BF16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool stream);
+// Whether those forms run on this CPU (for tests).
+bool half_kernels_vectorized();
 
 template <typename F>
 void dispatch(DataType dtype, F f) {
