@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -58,18 +59,41 @@ struct DotsAcc {
   __m256d d0, d1, xx0, xx1, yy0, yy1;
 };
 
-// Eight elements: the first four into the *0 accumulators, the next four into the *1.
-__attribute__((target("avx2,fma"), always_inline)) inline void dots8(const float* x, const float* y, DotsAcc& s) {
-  // Converted straight from memory (vcvtps2pd ymm, m128): no 128-bit
-  // extracts, which competed with the conversions for the same port.
-  const __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(x)), a1 = _mm256_cvtps_pd(_mm_loadu_ps(x + 4));
-  const __m256d b0 = _mm256_cvtps_pd(_mm_loadu_ps(y)), b1 = _mm256_cvtps_pd(_mm_loadu_ps(y + 4));
+// Eight elements as doubles (a0, b0 the first four, a1, b1 the next): the
+// first four into the *0 accumulators, the next four into the *1.
+__attribute__((target("avx2,fma"), always_inline)) inline void accumulate(__m256d a0, __m256d a1, __m256d b0,
+                                                                          __m256d b1, DotsAcc& s) {
   s.d0 = _mm256_fmadd_pd(a0, b0, s.d0);
   s.d1 = _mm256_fmadd_pd(a1, b1, s.d1);
   s.xx0 = _mm256_fmadd_pd(a0, a0, s.xx0);
   s.xx1 = _mm256_fmadd_pd(a1, a1, s.xx1);
   s.yy0 = _mm256_fmadd_pd(b0, b0, s.yy0);
   s.yy1 = _mm256_fmadd_pd(b1, b1, s.yy1);
+}
+
+__attribute__((target("avx2,fma"), always_inline)) inline void dots8(const float* x, const float* y, DotsAcc& s) {
+  // Converted straight from memory (vcvtps2pd ymm, m128): no 128-bit
+  // extracts, which competed with the conversions for the same port.
+  accumulate(_mm256_cvtps_pd(_mm_loadu_ps(x)), _mm256_cvtps_pd(_mm_loadu_ps(x + 4)), _mm256_cvtps_pd(_mm_loadu_ps(y)),
+             _mm256_cvtps_pd(_mm_loadu_ps(y + 4)), s);
+}
+
+// The accumulators' sums and elements [i, n) one by one (pair(k): element k of
+// x and of y, as doubles), added into out.
+template <typename Pair>
+__attribute__((target("avx2,fma"), always_inline)) inline void finish_dots(const DotsAcc& s, int64_t i, int64_t n,
+                                                                           Pair pair, Scalar out[3]) {
+  double d = hsum(_mm256_add_pd(s.d0, s.d1)), xx = hsum(_mm256_add_pd(s.xx0, s.xx1)),
+         yy = hsum(_mm256_add_pd(s.yy0, s.yy1));
+  for (; i < n; ++i) {
+    const auto [a, b] = pair(i);
+    d += a * b;
+    xx += a * a;
+    yy += b * b;
+  }
+  out[0] += d;
+  out[1] += xx;
+  out[2] += yy;
 }
 
 __attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const float* y, int64_t n, Scalar out[3]) {
@@ -82,17 +106,8 @@ __attribute__((target("avx2,fma"))) void dots_f32_avx2(const float* x, const flo
     dots8(x + i + 8, y + i + 8, s);
   }
   for (; i + 8 <= n; i += 8) dots8(x + i, y + i, s);
-  double d = hsum(_mm256_add_pd(s.d0, s.d1)), xx = hsum(_mm256_add_pd(s.xx0, s.xx1)),
-         yy = hsum(_mm256_add_pd(s.yy0, s.yy1));
-  for (; i < n; ++i) {
-    const double a = x[i], b = y[i];
-    d += a * b;
-    xx += a * a;
-    yy += b * b;
-  }
-  out[0] += d;
-  out[1] += xx;
-  out[2] += yy;
+  finish_dots(
+      s, i, n, [&](int64_t k) { return std::pair<double, double>(x[k], y[k]); }, out);
 }
 
 // Stream: non-temporal stores (out 16-byte aligned), for a send slot that a
@@ -176,14 +191,8 @@ struct Brain {  // bfloat16 <-> float: the top 16 bits of a float32
 };
 
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void dots8_ps(__m256 a, __m256 b, DotsAcc& s) {
-  const __m256d a0 = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), a1 = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
-  const __m256d b0 = _mm256_cvtps_pd(_mm256_castps256_ps128(b)), b1 = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
-  s.d0 = _mm256_fmadd_pd(a0, b0, s.d0);
-  s.d1 = _mm256_fmadd_pd(a1, b1, s.d1);
-  s.xx0 = _mm256_fmadd_pd(a0, a0, s.xx0);
-  s.xx1 = _mm256_fmadd_pd(a1, a1, s.xx1);
-  s.yy0 = _mm256_fmadd_pd(b0, b0, s.yy0);
-  s.yy1 = _mm256_fmadd_pd(b1, b1, s.yy1);
+  accumulate(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
+             _mm256_cvtps_pd(_mm256_castps256_ps128(b)), _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)), s);
 }
 
 template <typename H>
@@ -197,17 +206,8 @@ __attribute__((target("avx2,fma,f16c"))) void dots16_avx2(const uint16_t* x, con
     for (int k = 0; k < 32; k += 8) dots8_ps(H::load8(x + i + k), H::load8(y + i + k), s);
   }
   for (; i + 8 <= n; i += 8) dots8_ps(H::load8(x + i), H::load8(y + i), s);
-  double d = hsum(_mm256_add_pd(s.d0, s.d1)), xx = hsum(_mm256_add_pd(s.xx0, s.xx1)),
-         yy = hsum(_mm256_add_pd(s.yy0, s.yy1));
-  for (; i < n; ++i) {
-    const double a = H::load1(x[i]), b = H::load1(y[i]);
-    d += a * b;
-    xx += a * a;
-    yy += b * b;
-  }
-  out[0] += d;
-  out[1] += xx;
-  out[2] += yy;
+  finish_dots(
+      s, i, n, [&](int64_t k) { return std::pair<double, double>(H::load1(x[k]), H::load1(y[k])); }, out);
 }
 
 // Four doubles to float rounded to odd (the BF16 store's rule, adasum_kernels.h),
@@ -262,25 +262,18 @@ __attribute__((target("avx2,fma,f16c"))) void combine16_avx2(uint16_t* out, cons
 
 bool half_kernels_vectorized() { return use_f16c(); }
 
-template <>
-void dots<F16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]) {
-  if (use_f16c()) return dots16_avx2<Half>(x, y, n, out);
-  dots_generic<F16>(x, y, n, out);
+bool dots_16bit(bool bfloat16, const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]) {
+  if (!use_f16c()) return false;
+  bfloat16 ? dots16_avx2<Brain>(x, y, n, out) : dots16_avx2<Half>(x, y, n, out);
+  return true;
 }
-template <>
-void combine<F16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool) {
-  if (use_f16c()) return combine16_avx2<Half>(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
-  combine_generic<F16>(out, x, y, n, cx, cy);
-}
-template <>
-void dots<BF16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]) {
-  if (use_f16c()) return dots16_avx2<Brain>(x, y, n, out);
-  dots_generic<BF16>(x, y, n, out);
-}
-template <>
-void combine<BF16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool) {
-  if (use_f16c()) return combine16_avx2<Brain>(out, x, y, n, static_cast<double>(cx), static_cast<double>(cy));
-  combine_generic<BF16>(out, x, y, n, cx, cy);
+
+bool combine_16bit(bool bfloat16, uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx,
+                   Scalar cy) {
+  if (!use_f16c()) return false;
+  const double a = static_cast<double>(cx), b = static_cast<double>(cy);
+  bfloat16 ? combine16_avx2<Brain>(out, x, y, n, a, b) : combine16_avx2<Half>(out, x, y, n, a, b);
+  return true;
 }
 
 void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]) {
@@ -317,22 +310,8 @@ void stream_copy(void* dst, const void* src, size_t bytes) {
 }
 #else
 bool half_kernels_vectorized() { return false; }
-template <>
-void dots<F16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]) {
-  dots_generic<F16>(x, y, n, out);
-}
-template <>
-void combine<F16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool) {
-  combine_generic<F16>(out, x, y, n, cx, cy);
-}
-template <>
-void dots<BF16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]) {
-  dots_generic<BF16>(x, y, n, out);
-}
-template <>
-void combine<BF16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool) {
-  combine_generic<BF16>(out, x, y, n, cx, cy);
-}
+bool dots_16bit(bool, const uint16_t*, const uint16_t*, int64_t, Scalar[3]) { return false; }
+bool combine_16bit(bool, uint16_t*, const uint16_t*, const uint16_t*, int64_t, Scalar, Scalar) { return false; }
 void dots_f32(const float* x, const float* y, int64_t n, Scalar out[3]) { dots_generic<F32>(x, y, n, out); }
 void combine_f32(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy, bool) {
   combine_generic<F32>(out, x, y, n, cx, cy);

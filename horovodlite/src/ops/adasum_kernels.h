@@ -95,9 +95,21 @@ void combine_generic(typename E::T* out, const typename E::T* x, const typename 
   for (int64_t i = 0; i < n; ++i) out[i] = E::store(ax * E::load(x[i]) + ay * E::load(y[i]));
 }
 
-// The kernels per dtype (float32 has an AVX2 form below).
+// float16 and bfloat16 (bfloat16: true): AVX2/FMA/F16C forms where the CPU has
+// them (adasum_kernels.cc: the combination as one multiply-add in double, then
+// rounded once as E::store), returning false where it has not. Whether they run
+// here: half_kernels_vectorized() (for tests).
+bool dots_16bit(bool bfloat16, const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]);
+bool combine_16bit(bool bfloat16, uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy);
+bool half_kernels_vectorized();
+
+// The kernels per dtype (float32 has an AVX2 form below; float16 and bfloat16
+// the forms above).
 template <typename E>
 void dots(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[3]) {
+  if constexpr (std::is_same_v<E, F16> || std::is_same_v<E, BF16>) {
+    if (dots_16bit(std::is_same_v<E, BF16>, x, y, n, out)) return;
+  }
   dots_generic<E>(x, y, n, out);
 }
 // stream: non-temporal stores where the dtype has a kernel with them (float32
@@ -105,6 +117,9 @@ void dots(const typename E::T* x, const typename E::T* y, int64_t n, Scalar out[
 template <typename E>
 void combine(typename E::T* out, const typename E::T* x, const typename E::T* y, int64_t n, Scalar cx, Scalar cy,
              bool /*stream*/ = false) {
+  if constexpr (std::is_same_v<E, F16> || std::is_same_v<E, BF16>) {
+    if (combine_16bit(std::is_same_v<E, BF16>, out, x, y, n, cx, cy)) return;
+  }
   combine_generic<E>(out, x, y, n, cx, cy);
 }
 
@@ -131,20 +146,6 @@ template <>
 inline void combine<F32>(float* out, const float* x, const float* y, int64_t n, Scalar cx, Scalar cy, bool stream) {
   combine_f32(out, x, y, n, cx, cy, stream);
 }
-
-// float16 and bfloat16: AVX2/FMA with F16C where the CPU has them
-// (adasum_kernels.cc; the combination with one multiply-add, then rounded once
-// as the generic store), else the generic loops. Defined there.
-template <>
-void dots<F16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]);
-template <>
-void combine<F16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool stream);
-template <>
-void dots<BF16>(const uint16_t* x, const uint16_t* y, int64_t n, Scalar out[3]);
-template <>
-void combine<BF16>(uint16_t* out, const uint16_t* x, const uint16_t* y, int64_t n, Scalar cx, Scalar cy, bool stream);
-// Whether those forms run on this CPU (for tests).
-bool half_kernels_vectorized();
 
 template <typename F>
 void dispatch(DataType dtype, F f) {
