@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/avx2_16bit.h"
+
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,f16c"))), apply_to = function)
 #else
@@ -153,30 +155,7 @@ void reduce_dispatch(void* dst, const void* a, const void* src, int64_t n, DataT
   }
 }
 
-// ---- 16-bit floats: 8 lanes widened to float ----
-
-inline __m256 half8_load(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline void half8_store(uint16_t* p, __m256 f) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-inline __m256 bf8_load(const uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-inline void bf8_store(uint16_t* p, __m256 f) {
-  const __m256i x = _mm256_castps_si256(f);
-  const __m256i hi = _mm256_srli_epi32(x, 16);
-  const __m256i odd = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
-  const __m256i quiet_nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
-  const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
-  r = _mm256_blendv_epi8(r, quiet_nan, is_nan);
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
-}
+// ---- 16-bit floats: 8 lanes widened to float (kernels/avx2_16bit.h) ----
 
 // bf16 reduction, 16 lanes per iteration without shuffles: the even elements
 // of a 32-bit pair become floats by shifting left, the odd ones by masking;
@@ -210,15 +189,6 @@ void reduce_bf16_vec(void* dst, const void* src_a, const void* src, int64_t n, D
   }
   if (i < n) scalar_reduce(d + i, a + i, s + i, n - i, dtype, op);
 }
-
-struct HalfIo {
-  static __m256 load(const uint16_t* p) { return half8_load(p); }
-  static void store(uint16_t* p, __m256 f) { half8_store(p, f); }
-};
-struct BfIo {
-  static __m256 load(const uint16_t* p) { return bf8_load(p); }
-  static void store(uint16_t* p, __m256 f) { bf8_store(p, f); }
-};
 
 template <class Io, class Op>
 void reduce_16_vec(void* dst, const void* src_a, const void* src, int64_t n, DataType dtype, ReduceOp op) {

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/avx2_16bit.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -152,42 +154,17 @@ bool use_f16c() {
   return yes;
 }
 
-struct Half {  // float16 <-> float with F16C (exact widening)
-  using T = uint16_t;
+// The 16-bit formats: 8 at a time as the reduction kernels do (kernels/avx2_16bit.h),
+// one at a time as the generic loops (adasum_kernels.h).
+struct Half : kernels::detail::HalfIo {
   static constexpr bool kTinyToScalar = false;  // below 2^-126 float16 holds only zero
-  __attribute__((target("avx2,fma,f16c"), always_inline)) static __m256 load8(const T* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  // Rounds 8 floats (each already rounded to odd from the double) to nearest even.
-  __attribute__((target("avx2,fma,f16c"), always_inline)) static void store8(T* p, __m256 f) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  static double load1(T x) { return F16::load(x); }
-  static T store1(double v) { return F16::store(v); }
+  static double load1(uint16_t x) { return F16::load(x); }
+  static uint16_t store1(double v) { return F16::store(v); }
 };
-
-struct Brain {  // bfloat16 <-> float: the top 16 bits of a float32
-  using T = uint16_t;
+struct Brain : kernels::detail::BfIo {
   static constexpr bool kTinyToScalar = true;  // bfloat16 has float's subnormals
-  __attribute__((target("avx2,fma,f16c"), always_inline)) static __m256 load8(const T* p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-  }
-  // Nearest even, NaNs kept quiet: kernels::detail::float_to_bfloat16_scalar, 8 at a time.
-  __attribute__((target("avx2,fma,f16c"), always_inline)) static void store8(T* p, __m256 f) {
-    const __m256i u = _mm256_castps_si256(f);
-    const __m256i top = _mm256_srli_epi32(u, 16);
-    const __m256i odd = _mm256_and_si256(top, _mm256_set1_epi32(1));
-    const __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
-    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
-    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(top, _mm256_set1_epi32(0x40)), nan);
-    // 8 x 32 -> 8 x 16 bits (each value fits: no saturation), lanes back in order.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
-  }
-  static double load1(T x) { return BF16::load(x); }
-  static T store1(double v) { return BF16::store(v); }
+  static double load1(uint16_t x) { return BF16::load(x); }
+  static uint16_t store1(double v) { return BF16::store(v); }
 };
 
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void dots8_ps(__m256 a, __m256 b, DotsAcc& s) {
@@ -203,9 +180,9 @@ __attribute__((target("avx2,fma,f16c"))) void dots16_avx2(const uint16_t* x, con
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {  // one cache line of each; x's prefetched ahead (as dots_f32_avx2)
     prefetch_l2(x + i);
-    for (int k = 0; k < 32; k += 8) dots8_ps(H::load8(x + i + k), H::load8(y + i + k), s);
+    for (int k = 0; k < 32; k += 8) dots8_ps(H::load(x + i + k), H::load(y + i + k), s);
   }
-  for (; i + 8 <= n; i += 8) dots8_ps(H::load8(x + i), H::load8(y + i), s);
+  for (; i + 8 <= n; i += 8) dots8_ps(H::load(x + i), H::load(y + i), s);
   finish_dots(
       s, i, n, [&](int64_t k) { return std::pair<double, double>(H::load1(x[k]), H::load1(y[k])); }, out);
 }
@@ -235,7 +212,7 @@ __attribute__((target("avx2,fma,f16c"))) void combine16_avx2(uint16_t* out, cons
       prefetch_l1(x + i);
       prefetch_l1(y + i);
     }
-    const __m256 a = H::load8(x + i), b = H::load8(y + i);
+    const __m256 a = H::load(x + i), b = H::load(y + i);
     const __m256d lo = _mm256_fmadd_pd(vx, _mm256_cvtps_pd(_mm256_castps256_ps128(a)),
                                        _mm256_mul_pd(vy, _mm256_cvtps_pd(_mm256_castps256_ps128(b))));
     const __m256d hi = _mm256_fmadd_pd(vx, _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)),
@@ -253,7 +230,7 @@ __attribute__((target("avx2,fma,f16c"))) void combine16_avx2(uint16_t* out, cons
         continue;
       }
     }
-    H::store8(out + i, _mm256_set_m128(to_float_odd(hi), to_float_odd(lo)));
+    H::store(out + i, _mm256_set_m128(to_float_odd(hi), to_float_odd(lo)));
   }
   for (; i < n; ++i) out[i] = H::store1(std::fma(cx, H::load1(x[i]), cy * H::load1(y[i])));
 }
