@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -186,10 +186,19 @@ constexpr int64_t kRetryAfter = 64;
 // here; moving one (a 2 MiB copy) about 750 us. Slower than this, a check moved
 // pages again: the buffer was freed and made anew at the same address (a
 // custom allocator, HOROVODLITE_KEEP_FREED_MEMORY=0). Twice in a row (once
-// could be a preemption), and it is left alone: moving it every op costs more
-// than it saves.
-constexpr double kSlowCheckPerPage = 100e-6;  // seconds
+// can be a buffer freed once, e.g. a tensor made again of another dtype), and
+// it is left alone: moving it every op costs more than it saves. Measured in
+// this thread's CPU time, which the kernel's copy adds to and a preemption or
+// a wait during the call does not: in wall time, ranks that share cores made
+// a check of moved pages look slow (2026-11-29: 0.5-15 ms for 5 pages, about
+// one run of core_adasum_np4 in ten gave up on a buffer this way).
+constexpr double kSlowCheckPerPage = 100e-6;  // seconds of CPU
 constexpr int kSlowChecksToGiveUp = 2;
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 std::mutex g_seen_mu;
 std::vector<Seen>& seen_buffers() {
   static auto* seen = new std::vector<Seen>();
@@ -229,10 +238,10 @@ ByteRange huge_pages_for_sending(const void* p, size_t bytes) {
   }
   s->last_use = g_seen_clock;
   if (s->state == Seen::kRefused && (s->retry_after < 0 || --s->retry_after > 0)) return {};
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = thread_cpu_seconds();
   const int rc = madvise(reinterpret_cast<void*>(lo), hi - lo, kMadvCollapse);
   const int err = errno;
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double took = thread_cpu_seconds() - t0;
   if (rc != 0) {
     // EAGAIN / ENOMEM: no huge page free now; anything else (EINVAL: a kernel
     // without MADV_COLLAPSE, a file-backed or shared mapping, THP off for the

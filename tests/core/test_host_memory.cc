@@ -351,7 +351,7 @@ TEST(HugePagesForSending, ABufferMadeAnewEveryOpIsLeftAloneAfterTwo) {
   // has to move it again; after the second such check it is left alone.
   u.remake();
   r = hvl::huge_pages_for_sending(u.data, u.bytes);
-  EXPECT_NE(r.lo, r.hi) << "moved again: one slow check may be a preemption";
+  EXPECT_NE(r.lo, r.hi) << "moved again: one slow check may be a buffer freed once";
   EXPECT_TRUE(u.intact());
   u.remake();
   r = hvl::huge_pages_for_sending(u.data, u.bytes);
