@@ -177,7 +177,7 @@ PyHandle::PyHandle(torch::AsyncHandle handle) : handle_(std::move(handle)) {
       case StatusCode::kInvalidArgument:
       case StatusCode::kPrecondition:
       case StatusCode::kUnimplemented:
-        throw torch::HorovodError(status.code(), core->name() + ": " + status.message());
+        throw torch::tensor_error(core->name(), status);
       default:
         break;
     }

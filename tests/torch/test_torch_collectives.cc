@@ -324,11 +324,19 @@ TEST(TorchCollectives, ErrorsBecomeHorovodErrors) {
   }
   EXPECT_THROW(hvt::allreduce(at::Tensor(), "undefined"), hvt::HorovodError);
   // Ranks disagree about the shape: every rank gets an error, nobody hangs.
+  // The error names the tensor once (the handle prefixes "name: " only to a
+  // message that does not name it already).
+  auto occurrences = [](const std::string& s, const std::string& sub) {
+    int n = 0;
+    for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + 1)) ++n;
+    return n;
+  };
   try {
-    hvt::allreduce(at::ones({rank() + 1}, at::kFloat), "mismatch");
+    hvt::allreduce(at::ones({rank() + 1}, at::kFloat), "shape.differs");
     FAIL() << "a shape mismatch must fail";
   } catch (const hvt::HorovodError& e) {
     EXPECT_EQ(e.code(), StatusCode::kMismatch) << e.what();
+    EXPECT_EQ(occurrences(e.what(), "shape.differs"), 1) << e.what();
   }
   // The runtime still works afterwards.
   EXPECT_TRUE(at::equal(hvt::allreduce(at::ones({3}, at::kLong), "after.mismatch", {ReduceOp::kSum}),

@@ -29,7 +29,7 @@ at::Tensor AsyncHandle::synchronize() const {
   const State& s = state();
   Status status = s.handle->wait();
   if (!status.ok()) {
-    throw HorovodError(status.code(), s.handle->name() + ": " + status.message());
+    throw tensor_error(s.handle->name(), status);
   }
   std::lock_guard<std::mutex> lock(state_->mu);
   if (!state_->finished) {

@@ -107,4 +107,8 @@ def test_example_train_learns(adasum):
 def test_example_train_adasum_needs_a_power_of_two():
     p = _train(3, "--epochs", "1", "--use-adasum")
     assert p.returncode != 0, p.stdout
-    assert "power-of-two" in p.stdout, p.stdout
+    error = re.search(r"tensor '([^']+)': Adasum needs a power-of-two number of ranks, but the world size is 3",
+                      p.stdout)
+    assert error, p.stdout
+    # The tensor is named once (the handle does not prefix a name the message has).
+    assert "%s: tensor '" % error.group(1) not in p.stdout, p.stdout

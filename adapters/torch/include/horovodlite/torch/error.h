@@ -22,6 +22,11 @@ class HorovodError : public std::runtime_error {
   StatusCode code_;
 };
 
+// The error of the op on tensor `name` that failed with `status`: its message
+// prefixed with "name: ", unless it already names the tensor ('name'), as the
+// core's argument checks do.
+HorovodError tensor_error(const std::string& name, const Status& status);
+
 // Throws HorovodError if `status` failed; returns otherwise.
 void throw_if_error(const Status& status);
 
