@@ -104,12 +104,13 @@ def _make_opt(params):
     return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.01)
 
 
-def _simulate(steps, passes):
+def _simulate(steps, passes, model_fn=_model, opt_fn=None):
     """Every rank's optimizer stepping locally from the common parameters; the
     updates combined with the reference Adasum and applied from them."""
-    model = _model()
+    opt_fn = opt_fn or (lambda m: _make_opt(m.parameters()))
+    model = model_fn()
     replicas = [copy.deepcopy(model) for _ in range(hvd.size())]
-    opts = [_make_opt(m.parameters()) for m in replicas]
+    opts = [opt_fn(m) for m in replicas]
     params = [p.detach().clone() for p in model.parameters()]
     for step in range(steps):
         deltas = []
@@ -147,6 +148,57 @@ def test_distributed_optimizer_adasum_equals_reference(rank, size, passes):
     # Every rank holds the same parameters.
     for p in model.parameters():
         assert torch.equal(hvd.broadcast(p.detach(), root_rank=0, name="adasum.py.same"), p.detach())
+
+
+def _deep_model():
+    # 30 parameters in two groups, one of them 1 MiB: the hooks step and send
+    # them in batches (_BATCH_PARAMS of them, or _BATCH_BYTES, which the large
+    # one fills alone), and step() the rest.
+    torch.manual_seed(11)
+    layers = [torch.nn.Linear(6, 512), torch.nn.Tanh(), torch.nn.Linear(512, 512), torch.nn.Tanh(),
+              torch.nn.Linear(512, 6)]
+    for _ in range(12):
+        layers += [torch.nn.Tanh(), torch.nn.Linear(6, 6)]
+    return torch.nn.Sequential(*layers)
+
+
+def _two_groups(m):
+    params = list(m.parameters())
+    return torch.optim.Adam([{"params": params[:20], "lr": 0.01}, {"params": params[20:], "lr": 0.003}])
+
+
+def test_distributed_optimizer_adasum_many_parameters_two_groups(rank, size):
+    if not _power_of_two(size):
+        pytest.skip("Adasum needs a power-of-two number of ranks")
+    steps = 3
+    model = _deep_model()
+    assert len(list(model.parameters())) == 30
+    opt = hvd.DistributedOptimizer(_two_groups(model), named_parameters=model.named_parameters(), op=hvd.Adasum)
+    for step in range(steps):
+        opt.zero_grad()
+        x, y = _batch(rank, step)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    want = _simulate(steps, 1, _deep_model, _two_groups)
+    for p, w in zip(model.parameters(), want):
+        assert torch.allclose(p.detach(), w, rtol=1e-5, atol=1e-6), (p, w)
+    for p in model.parameters():
+        assert torch.equal(hvd.broadcast(p.detach(), root_rank=0, name="adasum.py.deep"), p.detach())
+
+
+def test_distributed_optimizer_adasum_too_many_backward_passes(rank, size):
+    if not _power_of_two(size):
+        pytest.skip("Adasum needs a power-of-two number of ranks")
+    model = _model()
+    opt = hvd.DistributedOptimizer(_make_opt(model.parameters()), named_parameters=model.named_parameters(),
+                                   op=hvd.Adasum)
+    x, y = _batch(rank, 0)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    # A second pass before step(): the parameters' updates are ready (not yet
+    # sent: fewer than _BATCH_PARAMS) or sent; either way Horovod's error.
+    with pytest.raises(AssertionError, match="more than backward_passes_per_step"):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()  # what was ready still goes, on every rank alike
 
 
 def test_distributed_optimizer_adasum_fp16_compression(rank, size):
