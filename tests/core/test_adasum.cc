@@ -154,6 +154,71 @@ TEST(Adasum, StreamingAndPlainSlotStoresGiveTheSameBits) {
   }
 }
 
+// Where every rank shares this host, from 4 ranks on, the last level sends
+// each result segment to every rank at once (ops/adasum_exchange.h,
+// make_and_allgather); elsewhere the allgather exchanges pieces with the
+// levels' partners. Both give the same bits, fused tensors and segments sent
+// from the slots (buffers not yet on huge pages) included.
+TEST(Adasum, TheAllgatherFromEveryRankAndThePairwiseOneGiveTheSameBits) {
+  const int p = size();
+  if (!power_of_two(p)) GTEST_SKIP() << "Adasum needs a power-of-two world";
+  struct Reset {
+    ~Reset() { Adasum::force_pairwise_allgather_for_testing(false); }
+  } reset;
+  for (DataType d : kAdasumTypes) {
+    for (int64_t n : {int64_t{7}, int64_t{300001}, int64_t{2000003}}) {
+      Buffer in(d, {n});
+      const Vec mine = input_of(rank(), 5, n, d, 1.0);
+      for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(mine[static_cast<size_t>(i)]));
+      std::vector<Buffer> outs;
+      outs.reserve(2);
+      const int64_t before = Adasum::allgathers_from_every_rank();
+      for (bool pairwise : {true, false}) {
+        Adasum::force_pairwise_allgather_for_testing(pairwise);
+        outs.emplace_back(d, std::vector<int64_t>{n});
+        const std::string name = std::string("adasum.gather.") + dtype_name(d) + "." + std::to_string(n) +
+                                 (pairwise ? ".pairwise" : ".every");
+        HVL_ASSERT_OK(allreduce_async(name, in.view(), outs.back().view(), {ReduceOp::kAdasum})->wait());
+      }
+      const std::string what = std::string(dtype_name(d)) + " x " + std::to_string(n);
+      // The second op went to every rank at once where it can (4 ranks or more, here one host).
+      EXPECT_EQ(Adasum::allgathers_from_every_rank() - before, p >= 4 ? 1 : 0) << what;
+      EXPECT_TRUE(outs[1].bitwise_equal(outs[0])) << what << ": from every rank against pairwise";
+      if (p > 1) {
+        EXPECT_FALSE(outs[0].bitwise_equal(in)) << what << ": the output was never written";
+      }
+    }
+  }
+  // Fused: five tensors in one response, each combined with its own dot products.
+  const std::vector<int64_t> counts = {5, 100000, 3, 600000, 77777};
+  std::vector<std::vector<Buffer>> outs(2);
+  std::vector<Buffer> ins;
+  for (size_t t = 0; t < counts.size(); ++t) {
+    ins.emplace_back(DataType::kFloat32, std::vector<int64_t>{counts[t]});
+    const Vec mine = input_of(rank(), 20 + static_cast<int>(t), counts[t], DataType::kFloat32, 1.0);
+    for (int64_t i = 0; i < counts[t]; ++i) ins.back().set(i, static_cast<double>(mine[static_cast<size_t>(i)]));
+  }
+  for (int k = 0; k < 2; ++k) {
+    Adasum::force_pairwise_allgather_for_testing(k == 0);
+    std::vector<TensorView> in_views, out_views;
+    outs[static_cast<size_t>(k)].reserve(counts.size());
+    for (size_t t = 0; t < counts.size(); ++t) {
+      outs[static_cast<size_t>(k)].emplace_back(DataType::kFloat32, std::vector<int64_t>{counts[t]});
+      in_views.push_back(ins[t].view());
+      out_views.push_back(outs[static_cast<size_t>(k)].back().view());
+    }
+    std::vector<std::string> names;
+    for (size_t t = 0; t < counts.size(); ++t)
+      names.push_back(std::string("adasum.gather.fused.") + (k == 0 ? "pairwise." : "every.") + std::to_string(t));
+    for (const HandlePtr& h : grouped_allreduce_async(names, in_views, out_views, {ReduceOp::kAdasum})) {
+      HVL_ASSERT_OK(h->wait());
+    }
+  }
+  for (size_t t = 0; t < counts.size(); ++t) {
+    EXPECT_TRUE(outs[1][t].bitwise_equal(outs[0][t])) << "fused tensor " << t << ": from every rank against pairwise";
+  }
+}
+
 // The decision behind streaming stores: the average log ratio of a slot's
 // rewrite to its first write over the ops, far above 1.25.
 TEST(Adasum, PlacementTurnsFarOnSustainedSlowRewritesOnly) {

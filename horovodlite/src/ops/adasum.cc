@@ -33,6 +33,7 @@ constexpr size_t kWindow = 2;
 constexpr int64_t kStagedSlots = 4;
 
 using adasum_exchange::exchange;
+using adasum_exchange::make_and_allgather;
 using adasum_exchange::make_and_exchange;
 using adasum_exchange::segments;
 using adasum_exchange::staged_exchange;
@@ -64,19 +65,37 @@ Status reserve(HostBuffer* buf, size_t bytes) {
 }
 
 std::atomic<int> g_forced_slot_stores{-1};
+std::atomic<bool> g_forced_pairwise_allgather{false};
+std::atomic<int64_t> g_allgathers_from_every_rank{0};
 
 }  // namespace
 
 void Adasum::force_slot_stores_for_testing(int mode) { g_forced_slot_stores = mode; }
+void Adasum::force_pairwise_allgather_for_testing(bool on) { g_forced_pairwise_allgather = on; }
+int64_t Adasum::allgathers_from_every_rank() { return g_allgathers_from_every_rank.load(); }
 
 bool adasum_dtype(DataType dtype) {
   return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 || dtype == DataType::kFloat32 ||
          dtype == DataType::kFloat64;
 }
 
-Adasum::Adasum(MPI_Comm comm, bool peers_on_host) : comm_(comm), peers_on_host_(peers_on_host) {
+Adasum::Adasum(MPI_Comm comm, bool peers_on_host, bool all_on_host)
+    : comm_(comm), peers_on_host_(peers_on_host), all_on_host_(all_on_host) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+}
+
+std::vector<std::pair<int64_t, int64_t>> Adasum::final_pieces(int64_t total) const {
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  for (int q = 0; q < size_; ++q) {
+    int64_t lo = 0, hi = total;
+    for (int d = 1; d < size_; d <<= 1) {  // as run() halves: rank q & d keeps the upper half
+      const int64_t mid = lo + (hi - lo) / 2;
+      (q & d ? lo : hi) = mid;
+    }
+    pieces.emplace_back(lo, hi);
+  }
+  return pieces;
 }
 
 Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype) {
@@ -260,6 +279,16 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       theirs_base = theirs2;
       exchanged = true;
       forward = !forward;
+    } else if (all_on_host_ && size_ >= 4 && !g_forced_pairwise_allgather.load(std::memory_order_relaxed)) {
+      // The last level and the whole allgather at once (every rank on this
+      // host): each combined segment goes at once to every other rank, whose
+      // single copies read it out of this core's cache, as Sum's ring's do,
+      // instead of out of memory an exchange later (docs/adasum.md, "The
+      // allgather from every rank at once").
+      HVL_RETURN_IF_ERROR(make_and_allgather(comm_, rank_, kTagGather, data, elem, final_pieces(total), seg, !forward,
+                                             combine_range, &stores, result_ring, kStagedSlots, data_huge));
+      g_allgathers_from_every_rank.fetch_add(1, std::memory_order_relaxed);
+      return Status::OK();
     } else {
       // The last level: each segment is combined and at once sent to the
       // partner, as the first step of the allgather (whose partner is this
@@ -332,7 +361,8 @@ AdasumAllreduce::AdasumAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBu
   // rank makes every Adasum response fail on every rank (with this reason).
   Status dup = mpi_status(MPI_Comm_dup(mpi.comm(), &comm_), "MPI_Comm_dup (Adasum)");
   init_status_ = mpi.agree(dup, "Adasum set-up", "making its communicator failed there");
-  if (init_status_.ok()) adasum_ = std::make_unique<Adasum>(comm_, mpi.local_size() > 1);
+  if (init_status_.ok())
+    adasum_ = std::make_unique<Adasum>(comm_, mpi.local_size() > 1, mpi.local_size() == mpi.size());
 }
 
 AdasumAllreduce::~AdasumAllreduce() {

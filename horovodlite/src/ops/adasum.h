@@ -20,7 +20,11 @@
 // (recursive doubling, the same result bit for bit on each of them). Each rank
 // then combines its piece. After log2(p) levels every rank holds 1/p of the
 // result; the levels are walked back (distance halving) exchanging pieces
-// until every rank holds the whole vector, the same on every rank.
+// until every rank holds the whole vector, the same on every rank. Where all
+// ranks share this host and there are 4 or more, the last level instead sends
+// each combined segment to every other rank at once (make_and_allgather): the
+// same bytes, copied out of the producer's cache rather than out of memory an
+// exchange later.
 //
 // Memory passes (the op is memory-bound on a host). The dot products must be
 // complete before any element is combined, so the kept piece is read twice:
@@ -66,6 +70,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "horovodlite/common.h"
@@ -88,7 +93,9 @@ class Adasum {
   // peers_on_host: some ranks of `comm` share this host (they copy what this
   // rank sends out of its memory: the user's buffers are then moved onto huge
   // pages from their second op on, host_memory.h, huge_pages_for_sending).
-  Adasum(MPI_Comm comm, bool peers_on_host);
+  // all_on_host: all of them do (from 4 ranks, the last level then sends each
+  // result segment to every rank at once instead of the allgather's exchanges).
+  Adasum(MPI_Comm comm, bool peers_on_host, bool all_on_host = false);
   // `in` holds counts.size() tensors back to back, counts[i] elements each, of
   // `dtype`; `out` (== in: in place; else not overlapping it, and `in` is only
   // read) receives the Adasum of every rank's buffer, the same on every rank.
@@ -99,12 +106,21 @@ class Adasum {
   // SlotStores): 1 streaming stores, 0 plain ones, -1 (the default) as each
   // op measures. Process-wide.
   static void force_slot_stores_for_testing(int mode);
+  // For tests: the allgather by exchanges with the levels' partners even where
+  // every rank shares this host (true), or as chosen (false, the default); and
+  // how many ops so far sent their results to every rank at once. Process-wide.
+  static void force_pairwise_allgather_for_testing(bool on);
+  static int64_t allgathers_from_every_rank();
 
   // Bytes per point-to-point message (the exchange is split so that the dot
   // products of one piece are computed while the next is in flight).
   static constexpr int64_t kSegmentBytes = 256 << 10;
 
  private:
+  // [lo, hi) of the result that each rank holds after the last level (of a
+  // buffer of `total` elements).
+  std::vector<std::pair<int64_t, int64_t>> final_pieces(int64_t total) const;
+
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
@@ -115,6 +131,7 @@ class Adasum {
   HostBuffer ring_;                       // the slots what is sent leaves from (adasum_exchange.h)
   adasum_exchange::Placement placement_;  // how near the peers' cores are, measured op by op
   bool peers_on_host_ = false;
+  bool all_on_host_ = false;
 };
 
 // Adasum as the allreduce algorithm for responses whose op is Adasum: packs
