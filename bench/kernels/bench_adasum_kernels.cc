@@ -26,7 +26,7 @@ using horovodlite::HostBuffer;
 
 namespace {
 
-constexpr int64_t kSegment = horovodlite::Adasum::kSegmentBytes / 4;  // floats, as the op cuts them
+const int64_t kSegment = horovodlite::Adasum::local_segment_bytes() / 4;  // floats, as the op cuts them (one host)
 
 void report(const char* name, int reps, const std::function<void()>& flush, const std::function<void()>& fn) {
   std::vector<double> ms;

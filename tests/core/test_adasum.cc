@@ -104,13 +104,17 @@ void expect_close(const Buffer& got, const Vec& want, DataType dtype, const std:
   }
 }
 
+// A count with more segments per half than the exchanges have send slots
+// (4; the segments of Adasum::local_segment_bytes(), which is what the ranks of
+// one host agree on), for every dtype, so every slot is reused: 6 segments of
+// 2-byte elements per half, and odd.
+int64_t every_slot_reused() { return 2 * 6 * (Adasum::local_segment_bytes() / 2) + 3; }
+
 TEST(Adasum, MatchesTheReferenceForEveryDtypeAndCount) {
   const int p = size();
   if (!power_of_two(p)) GTEST_SKIP() << "Adasum needs a power-of-two world";
   for (DataType d : kAdasumTypes) {
-    // 2000003: more 256 KiB segments per half than the exchanges have slots
-    // (Adasum::kSegmentBytes, ops/adasum.cc), so every slot is reused.
-    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{300001}, int64_t{2000003}}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{300001}, every_slot_reused()}) {
       std::vector<Vec> all;
       for (int r = 0; r < p; ++r) all.push_back(input_of(r, 0, n, d, 1.0));
       Buffer in(d, {n}), out(d, {n});
@@ -134,7 +138,7 @@ TEST(Adasum, StreamingAndPlainSlotStoresGiveTheSameBits) {
     ~Reset() { Adasum::force_slot_stores_for_testing(-1); }
   } reset;
   for (DataType d : kAdasumTypes) {
-    const int64_t n = 2000003;  // every slot reused (see above)
+    const int64_t n = every_slot_reused();
     Buffer in(d, {n});
     const Vec mine = input_of(rank(), 3, n, d, 1.0);
     for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(mine[static_cast<size_t>(i)]));
@@ -166,7 +170,7 @@ TEST(Adasum, TheAllgatherFromEveryRankAndThePairwiseOneGiveTheSameBits) {
     ~Reset() { Adasum::force_pairwise_allgather_for_testing(false); }
   } reset;
   for (DataType d : kAdasumTypes) {
-    for (int64_t n : {int64_t{7}, int64_t{300001}, int64_t{2000003}}) {
+    for (int64_t n : {int64_t{7}, int64_t{300001}, every_slot_reused()}) {
       Buffer in(d, {n});
       const Vec mine = input_of(rank(), 5, n, d, 1.0);
       for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(mine[static_cast<size_t>(i)]));

@@ -5,6 +5,8 @@
 // tag, MPI's non-overtaking rule matches the segments in order.
 #include "ops/adasum.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -79,8 +81,14 @@ bool adasum_dtype(DataType dtype) {
          dtype == DataType::kFloat64;
 }
 
-Adasum::Adasum(MPI_Comm comm, bool peers_on_host, bool all_on_host)
-    : comm_(comm), peers_on_host_(peers_on_host), all_on_host_(all_on_host) {
+int64_t Adasum::local_segment_bytes() {
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 <= 0) return kSegmentBytes;
+  return std::clamp<int64_t>(l2 / 4, kSegmentBytes, kMaxSegmentBytes);
+}
+
+Adasum::Adasum(MPI_Comm comm, bool peers_on_host, bool all_on_host, int64_t segment_bytes)
+    : comm_(comm), peers_on_host_(peers_on_host), all_on_host_(all_on_host), segment_bytes_(segment_bytes) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
@@ -112,7 +120,7 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     if (in != out && all > 0) std::memcpy(out, in, static_cast<size_t>(all * elem));
     return Status::OK();
   }
-  const int64_t segment = std::max<int64_t>(kSegmentBytes / elem, 1) * elem;
+  const int64_t segment = std::max<int64_t>(segment_bytes_ / elem, 1) * elem;
   // offsets[i]: where tensor i starts; offsets.back(): the total.
   std::vector<int64_t> offsets(counts.size() + 1, 0);
   std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
@@ -361,8 +369,14 @@ AdasumAllreduce::AdasumAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBu
   // rank makes every Adasum response fail on every rank (with this reason).
   Status dup = mpi_status(MPI_Comm_dup(mpi.comm(), &comm_), "MPI_Comm_dup (Adasum)");
   init_status_ = mpi.agree(dup, "Adasum set-up", "making its communicator failed there");
-  if (init_status_.ok())
-    adasum_ = std::make_unique<Adasum>(comm_, mpi.local_size() > 1, mpi.local_size() == mpi.size());
+  if (!init_status_.ok()) return;
+  // One segment size for all (each rank's from its L2; the smallest).
+  int64_t segment = Adasum::local_segment_bytes();
+  init_status_ = mpi_status(MPI_Allreduce(MPI_IN_PLACE, &segment, 1, MPI_INT64_T, MPI_MIN, comm_),
+                            "MPI_Allreduce (Adasum segment size)");
+  if (init_status_.ok()) {
+    adasum_ = std::make_unique<Adasum>(comm_, mpi.local_size() > 1, mpi.local_size() == mpi.size(), segment);
+  }
 }
 
 AdasumAllreduce::~AdasumAllreduce() {

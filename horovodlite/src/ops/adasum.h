@@ -95,7 +95,9 @@ class Adasum {
   // pages from their second op on, host_memory.h, huge_pages_for_sending).
   // all_on_host: all of them do (from 4 ranks, the last level then sends each
   // result segment to every rank at once instead of the allgather's exchanges).
-  Adasum(MPI_Comm comm, bool peers_on_host, bool all_on_host = false);
+  // segment_bytes: bytes per message, the same on every rank (see
+  // local_segment_bytes()).
+  Adasum(MPI_Comm comm, bool peers_on_host, bool all_on_host = false, int64_t segment_bytes = kSegmentBytes);
   // `in` holds counts.size() tensors back to back, counts[i] elements each, of
   // `dtype`; `out` (== in: in place; else not overlapping it, and `in` is only
   // read) receives the Adasum of every rank's buffer, the same on every rank.
@@ -113,8 +115,14 @@ class Adasum {
   static int64_t allgathers_from_every_rank();
 
   // Bytes per point-to-point message (the exchange is split so that the dot
-  // products of one piece are computed while the next is in flight).
+  // products of one piece are computed while the next is in flight): a quarter
+  // of this core's L2 (the segment worked on, kWindow received ahead and one
+  // more fit in it), between kSegmentBytes and kMaxSegmentBytes; kSegmentBytes
+  // where the L2's size is unknown. Every rank must cut the same segments:
+  // AdasumAllreduce agrees on one at set-up (the smallest of the ranks').
+  static int64_t local_segment_bytes();
   static constexpr int64_t kSegmentBytes = 256 << 10;
+  static constexpr int64_t kMaxSegmentBytes = 1 << 20;
 
  private:
   // [lo, hi) of the result that each rank holds after the last level (of a
@@ -132,6 +140,7 @@ class Adasum {
   adasum_exchange::Placement placement_;  // how near the peers' cores are, measured op by op
   bool peers_on_host_ = false;
   bool all_on_host_ = false;
+  int64_t segment_bytes_ = kSegmentBytes;
 };
 
 // Adasum as the allreduce algorithm for responses whose op is Adasum: packs
