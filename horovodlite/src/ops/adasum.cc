@@ -57,6 +57,16 @@ std::pair<size_t, size_t> tensors_in(const std::vector<int64_t>& offsets, int64_
   return {first, last};
 }
 
+// A level's split of the range [lo, hi) between a rank and its partner: the
+// rank keeps the upper half if `upper`, else the lower, and sends the other.
+struct Split {
+  int64_t keep_lo, keep_hi, send_lo, send_hi;
+};
+Split split(int64_t lo, int64_t hi, bool upper) {
+  const int64_t mid = lo + (hi - lo) / 2;
+  return upper ? Split{mid, hi, lo, mid} : Split{lo, mid, mid, hi};
+}
+
 // At least `bytes` in *buf (its contents are not kept).
 Status reserve(HostBuffer* buf, size_t bytes) {
   if (buf->size() >= bytes) return Status::OK();
@@ -97,9 +107,10 @@ std::vector<std::pair<int64_t, int64_t>> Adasum::final_pieces(int64_t total) con
   std::vector<std::pair<int64_t, int64_t>> pieces;
   for (int q = 0; q < size_; ++q) {
     int64_t lo = 0, hi = total;
-    for (int d = 1; d < size_; d <<= 1) {  // as run() halves: rank q & d keeps the upper half
-      const int64_t mid = lo + (hi - lo) / 2;
-      (q & d ? lo : hi) = mid;
+    for (int d = 1; d < size_; d <<= 1) {  // as run() splits
+      const Split s = split(lo, hi, (q & d) != 0);
+      lo = s.keep_lo;
+      hi = s.keep_hi;
     }
     pieces.emplace_back(lo, hi);
   }
@@ -202,9 +213,8 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
   for (int d = 1; d < size_; d <<= 1) {
     const int partner = rank_ ^ d;
     const bool upper = (rank_ & d) != 0;  // this rank holds b (the other half-group's vector is a)
-    const int64_t mid = lo + (hi - lo) / 2;
-    const int64_t keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
-    const int64_t send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
+    const Split level = split(lo, hi, upper);
+    const int64_t keep_lo = level.keep_lo, keep_hi = level.keep_hi, send_lo = level.send_lo, send_hi = level.send_hi;
     parents.emplace_back(lo, hi);
     if (!exchanged) {
       theirs_base = src != data ? data + keep_lo * elem : scratch_.data();
@@ -271,10 +281,8 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       // partner's values of it arrive and its dot products computed at once:
       // no second pass over either half. The walk is the other way round from
       // this level's exchange (what the cache holds first).
-      const bool upper2 = (rank_ & (2 * d)) != 0;
-      const int64_t mid2 = keep_lo + (keep_hi - keep_lo) / 2;
-      const int64_t keep2_lo = upper2 ? mid2 : keep_lo, keep2_hi = upper2 ? keep_hi : mid2;
-      const int64_t send2_lo = upper2 ? keep_lo : mid2, send2_hi = upper2 ? mid2 : keep_hi;
+      const Split next = split(keep_lo, keep_hi, (rank_ & (2 * d)) != 0);
+      const int64_t keep2_lo = next.keep_lo, keep2_hi = next.keep_hi, send2_lo = next.send_lo, send2_hi = next.send_hi;
       char* theirs2 = theirs_base == scratch_.data() ? scratch2_.data() : scratch_.data();
       next_partials.assign(static_cast<size_t>((keep2_hi - keep2_lo + seg - 1) / seg), {});
       auto on_keep = [&](int64_t plo, int64_t phi) {

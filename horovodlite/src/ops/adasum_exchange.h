@@ -168,6 +168,17 @@ inline Status wait(MPI_Request* r, const char* what) {
   }
 }
 
+// Progress for the transfers in flight (MPI moves data inside its calls): tests
+// (*reqs)[*next], (*reqs)[*next + 1], ... below `end` in order, moving *next
+// past each one complete, until one is not.
+inline Status test_in_order(std::vector<MPI_Request>* reqs, size_t* next, size_t end) {
+  for (int done = 1; done && *next < end;) {
+    HVL_MPI_CHECK(MPI_Test(&(*reqs)[*next], &done, MPI_STATUS_IGNORE));
+    if (done) ++*next;
+  }
+  return Status::OK();
+}
+
 // Sends send_bytes from `send` to `peer` and receives recv_bytes from it into
 // `recv`, both split into messages of at most `segment` bytes (a multiple of
 // the element size); on_recv(offset, bytes) runs for each received piece in
@@ -287,82 +298,8 @@ Status make_and_exchange(MPI_Comm comm, int peer, int tag, char* data, char* rec
     sends.emplace_back(MPI_REQUEST_NULL);
     HVL_MPI_CHECK(
         MPI_Isend(slot != nullptr ? slot : at, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm, &sends.back()));
-    // Progress for the transfers in flight (MPI moves data inside its calls).
-    for (int done = 1; done && next_recv < posted;) {
-      HVL_MPI_CHECK(MPI_Test(&recvs[next_recv], &done, MPI_STATUS_IGNORE));
-      if (done) ++next_recv;
-    }
+    HVL_RETURN_IF_ERROR(test_in_order(&recvs, &next_recv, posted));
   }
-  for (MPI_Request& r : recvs) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Irecv (Adasum)"));
-  for (MPI_Request& s : sends) HVL_RETURN_IF_ERROR(wait(&s, "MPI_Isend (Adasum)"));
-  return Status::OK();
-}
-
-// The last level and the whole allgather at once, for ranks that all share a
-// host: each segment of this rank's piece pieces[rank] is made into `data`
-// (make(lo, hi, at, false)) and sent at once to every other rank, while it is
-// in this core's cache, and every other rank q's piece pieces[q] is received
-// into `data` as q makes it (all receives posted first). A segment outside
-// `huge` (not on huge pages) goes from one of `slots` slots of send_ring,
-// copied there by *stores, free again once its sends to every peer completed.
-// Every rank cuts each piece into segments of `seg` from its start, in the
-// order `forward` says, so the receives match the sends.
-template <typename Make>
-Status make_and_allgather(MPI_Comm comm, int rank, int tag, char* data, int64_t elem,
-                          const std::vector<std::pair<int64_t, int64_t>>& pieces, int64_t seg, bool forward, Make make,
-                          SlotStores* stores, char* send_ring, size_t slots, const ByteRange& huge) {
-  const int size = static_cast<int>(pieces.size());
-  std::vector<MPI_Request> recvs, sends;
-  for (int q = 0; q < size; ++q) {
-    if (q == rank) continue;
-    Status st;
-    for_each_segment(pieces[q].first, pieces[q].second, seg, forward, [&](int64_t lo, int64_t hi) {
-      recvs.emplace_back(MPI_REQUEST_NULL);
-      if (st.ok()) {
-        st = mpi_status(
-            MPI_Irecv(data + lo * elem, static_cast<int>((hi - lo) * elem), MPI_BYTE, q, tag, comm, &recvs.back()),
-            "MPI_Irecv (Adasum)");
-      }
-    });
-    HVL_RETURN_IF_ERROR(st);
-  }
-  constexpr size_t kNone = ~size_t{0};
-  std::vector<size_t> slot_sends(std::max<size_t>(slots, 1), kNone);  // the first of each slot's last sends
-  size_t next_slot = 0, taken = 0, next_recv = 0;
-  const auto [mine_lo, mine_hi] = pieces[rank];
-  sends.reserve(static_cast<size_t>((mine_hi - mine_lo + seg - 1) / seg) * static_cast<size_t>(size - 1));
-  Status st;
-  for_each_segment(mine_lo, mine_hi, seg, forward, [&](int64_t lo, int64_t hi) {
-    if (!st.ok()) return;
-    const size_t bytes = static_cast<size_t>((hi - lo) * elem);
-    char* at = data + lo * elem;
-    make(lo, hi, at, false);
-    const char* from = at;
-    if (send_ring != nullptr && slots > 0 && !huge.contains(at, bytes)) {
-      if (slot_sends[next_slot] != kNone) {
-        for (int k = 0; k < size - 1 && st.ok(); ++k)
-          st = wait(&sends[slot_sends[next_slot] + k], "MPI_Isend (Adasum)");
-        if (!st.ok()) return;
-      }
-      char* slot = send_ring + static_cast<int64_t>(next_slot) * seg * elem;
-      stores->copy(slot, at, bytes, taken++, slots);
-      slot_sends[next_slot] = sends.size();
-      next_slot = (next_slot + 1) % slots;
-      from = slot;
-    }
-    for (int k = 1; k < size && st.ok(); ++k) {
-      sends.emplace_back(MPI_REQUEST_NULL);
-      st = mpi_status(MPI_Isend(from, static_cast<int>(bytes), MPI_BYTE, rank ^ k, tag, comm, &sends.back()),
-                      "MPI_Isend (Adasum)");
-    }
-    // Progress for the transfers in flight (the peers' segments are copied in
-    // inside MPI's calls).
-    for (int done = 1; done && st.ok() && next_recv < recvs.size();) {
-      st = mpi_status(MPI_Test(&recvs[next_recv], &done, MPI_STATUS_IGNORE), "MPI_Test (Adasum)");
-      if (done) ++next_recv;
-    }
-  });
-  HVL_RETURN_IF_ERROR(st);
   for (MPI_Request& r : recvs) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Irecv (Adasum)"));
   for (MPI_Request& s : sends) HVL_RETURN_IF_ERROR(wait(&s, "MPI_Isend (Adasum)"));
   return Status::OK();
@@ -440,6 +377,62 @@ inline std::vector<std::pair<int64_t, int64_t>> segments(int64_t begin, int64_t 
   std::vector<std::pair<int64_t, int64_t>> out;
   for_each_segment(begin, end, seg, forward, [&](int64_t lo, int64_t hi) { out.emplace_back(lo, hi); });
   return out;
+}
+
+// The last level and the whole allgather at once, for ranks that all share a
+// host: each segment of this rank's piece pieces[rank] is made into `data`
+// (make(lo, hi, at, false)) and sent at once to every other rank, while it is
+// in this core's cache, and every other rank q's piece pieces[q] is received
+// into `data` as q makes it (all receives posted first). A segment outside
+// `huge` (not on huge pages) goes from one of `slots` slots of send_ring,
+// copied there by *stores, free again once its sends to every peer completed.
+// Every rank cuts each piece into segments of `seg` from its start, in the
+// order `forward` says, so the receives match the sends.
+template <typename Make>
+Status make_and_allgather(MPI_Comm comm, int rank, int tag, char* data, int64_t elem,
+                          const std::vector<std::pair<int64_t, int64_t>>& pieces, int64_t seg, bool forward, Make make,
+                          SlotStores* stores, char* send_ring, size_t slots, const ByteRange& huge) {
+  const int size = static_cast<int>(pieces.size());
+  std::vector<MPI_Request> recvs, sends;
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    for (const auto& [lo, hi] : segments(pieces[q].first, pieces[q].second, seg, forward)) {
+      recvs.emplace_back(MPI_REQUEST_NULL);
+      HVL_RETURN_IF_ERROR(mpi_status(
+          MPI_Irecv(data + lo * elem, static_cast<int>((hi - lo) * elem), MPI_BYTE, q, tag, comm, &recvs.back()),
+          "MPI_Irecv (Adasum)"));
+    }
+  }
+  const auto mine = segments(pieces[rank].first, pieces[rank].second, seg, forward);
+  sends.reserve(mine.size() * static_cast<size_t>(size - 1));
+  constexpr size_t kNone = ~size_t{0};
+  std::vector<size_t> slot_sends(slots, kNone);  // the first of each slot's last size - 1 sends
+  size_t next_slot = 0, taken = 0, next_recv = 0;
+  for (const auto& [lo, hi] : mine) {
+    const size_t bytes = static_cast<size_t>((hi - lo) * elem);
+    char* at = data + lo * elem;
+    make(lo, hi, at, false);
+    const char* from = at;
+    if (send_ring != nullptr && slots > 0 && !huge.contains(at, bytes)) {
+      if (slot_sends[next_slot] != kNone) {
+        for (int k = 0; k < size - 1; ++k)
+          HVL_RETURN_IF_ERROR(wait(&sends[slot_sends[next_slot] + static_cast<size_t>(k)], "MPI_Isend (Adasum)"));
+      }
+      char* slot = send_ring + static_cast<int64_t>(next_slot) * seg * elem;
+      stores->copy(slot, at, bytes, taken++, slots);
+      slot_sends[next_slot] = sends.size();
+      next_slot = (next_slot + 1) % slots;
+      from = slot;
+    }
+    for (int k = 1; k < size; ++k) {
+      sends.emplace_back(MPI_REQUEST_NULL);
+      HVL_MPI_CHECK(MPI_Isend(from, static_cast<int>(bytes), MPI_BYTE, rank ^ k, tag, comm, &sends.back()));
+    }
+    HVL_RETURN_IF_ERROR(test_in_order(&recvs, &next_recv, recvs.size()));
+  }
+  for (MPI_Request& r : recvs) HVL_RETURN_IF_ERROR(wait(&r, "MPI_Irecv (Adasum)"));
+  for (MPI_Request& s : sends) HVL_RETURN_IF_ERROR(wait(&s, "MPI_Isend (Adasum)"));
+  return Status::OK();
 }
 
 }  // namespace adasum_exchange
