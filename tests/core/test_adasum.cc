@@ -76,6 +76,11 @@ Vec input_of(int rank, int t, int64_t n, DataType dtype, double scale) {
   return v;
 }
 
+// b's elements set from v (as many as b has), rounded to b's dtype.
+void fill(Buffer& b, const Vec& v) {
+  for (int64_t i = 0; i < b.size(); ++i) b.set(i, static_cast<double>(v[static_cast<size_t>(i)]));
+}
+
 double tol(DataType dtype) {
   switch (dtype) {
     case DataType::kFloat16:
@@ -118,7 +123,7 @@ TEST(Adasum, MatchesTheReferenceForEveryDtypeAndCount) {
       std::vector<Vec> all;
       for (int r = 0; r < p; ++r) all.push_back(input_of(r, 0, n, d, 1.0));
       Buffer in(d, {n}), out(d, {n});
-      for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(all[static_cast<size_t>(rank())][i]));
+      fill(in, all[static_cast<size_t>(rank())]);
       const std::string name = std::string("adasum.") + dtype_name(d) + "." + std::to_string(n);
       HVL_ASSERT_OK(allreduce_async(name, in.view(), out.view(), {ReduceOp::kAdasum})->wait());
       expect_close(out, reference(all), d, name);
@@ -141,7 +146,7 @@ TEST(Adasum, StreamingAndPlainSlotStoresGiveTheSameBits) {
     const int64_t n = every_slot_reused();
     Buffer in(d, {n});
     const Vec mine = input_of(rank(), 3, n, d, 1.0);
-    for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(mine[static_cast<size_t>(i)]));
+    fill(in, mine);
     std::vector<Buffer> outs;
     outs.reserve(3);
     for (int mode : {0, 1, -1}) {
@@ -173,7 +178,7 @@ TEST(Adasum, TheAllgatherFromEveryRankAndThePairwiseOneGiveTheSameBits) {
     for (int64_t n : {int64_t{7}, int64_t{300001}, every_slot_reused()}) {
       Buffer in(d, {n});
       const Vec mine = input_of(rank(), 5, n, d, 1.0);
-      for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(mine[static_cast<size_t>(i)]));
+      fill(in, mine);
       std::vector<Buffer> outs;
       outs.reserve(2);
       const int64_t before = Adasum::allgathers_from_every_rank();
@@ -200,7 +205,7 @@ TEST(Adasum, TheAllgatherFromEveryRankAndThePairwiseOneGiveTheSameBits) {
   for (size_t t = 0; t < counts.size(); ++t) {
     ins.emplace_back(DataType::kFloat32, std::vector<int64_t>{counts[t]});
     const Vec mine = input_of(rank(), 20 + static_cast<int>(t), counts[t], DataType::kFloat32, 1.0);
-    for (int64_t i = 0; i < counts[t]; ++i) ins.back().set(i, static_cast<double>(mine[static_cast<size_t>(i)]));
+    fill(ins.back(), mine);
   }
   for (int k = 0; k < 2; ++k) {
     Adasum::force_pairwise_allgather_for_testing(k == 0);
@@ -258,8 +263,7 @@ TEST(Adasum, FusedTensorsAreCombinedEachWithItsOwnDotProducts) {
       for (int r = 0; r < p; ++r) all.push_back(input_of(r, static_cast<int>(t), sizes[t], d, scales[t]));
       want.push_back(reference(all));
       bufs.push_back(std::make_unique<Buffer>(d, Shape{sizes[t]}));
-      for (int64_t i = 0; i < sizes[t]; ++i)
-        bufs.back()->set(i, static_cast<double>(all[static_cast<size_t>(rank())][i]));
+      fill(*bufs.back(), all[static_cast<size_t>(rank())]);
       views.push_back(bufs.back()->view());
       names.push_back(std::string("adasum.fused.") + dtype_name(d) + "." + std::to_string(t));
     }
@@ -278,7 +282,7 @@ TEST(Adasum, PrescaleAndPostscaleAndFp16Compression) {
   for (int r = 0; r < p; ++r) all.push_back(input_of(r, 3, n, DataType::kFloat32, 1.0));
   const Vec plain = reference(all);
   Buffer in(DataType::kFloat32, {n}), out(DataType::kFloat32, {n});
-  for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(all[static_cast<size_t>(rank())][i]));
+  fill(in, all[static_cast<size_t>(rank())]);
   // Adasum(c a, c b) = c Adasum(a, b): the result scales by pre * post.
   AllreduceOptions o;
   o.op = ReduceOp::kAdasum;
@@ -368,7 +372,7 @@ TEST(Adasum, TheUsersBuffersMovedOntoHugePagesGiveTheSameBits) {
     std::vector<Vec> all;
     for (int r = 0; r < p; ++r) all.push_back(input_of(r, 5, n, d, 1.0));
     Buffer in(d, {n}), out(d, {n}), inplace(d, {n});
-    for (int64_t i = 0; i < n; ++i) in.set(i, static_cast<double>(all[static_cast<size_t>(rank())][i]));
+    fill(in, all[static_cast<size_t>(rank())]);
     const std::string name = std::string("adasum.moved.") + dtype_name(d);
     std::vector<Buffer> results, inplace_results;
     for (int op = 0; op < 3; ++op) {
