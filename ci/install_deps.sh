@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake git ccache
+  build-essential cmake git ccache libssl-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libcxxopts-dev nlohmann-json3-dev
   libtorch-dev python3-torch libopenblas0-pthread

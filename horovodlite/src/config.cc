@@ -7,6 +7,7 @@
 #include <string>
 
 #include "thread_affinity.h"
+#include "transport/auth.h"
 
 namespace horovodlite {
 
@@ -167,6 +168,10 @@ Status read_transport(Config* c) {
   read_string("GLOO_RENDEZVOUS_ADDR", &g.rendezvous_addr);
   read_string("GLOO_IFACE", &g.iface);
   read_string("GLOO_SCOPE", &g.scope);
+  std::string secret_var;
+  if (const char* secret = lookup("SECRET_KEY", &secret_var)) {
+    HVL_RETURN_IF_ERROR(transport::parse_secret_hex(secret, secret_var, &g.secret));
+  }
   std::string shm_var;
   const char* shm = lookup("GLOO_SHM", &shm_var);
   if (shm != nullptr && std::string(shm) == "copy") {
@@ -188,6 +193,7 @@ Status read_transport(Config* c) {
   if (g.size < 0) missing += " HOROVOD_SIZE";
   if (g.rendezvous_addr.empty()) missing += " HOROVOD_GLOO_RENDEZVOUS_ADDR";
   if (g.rendezvous_port == 0) missing += " HOROVOD_GLOO_RENDEZVOUS_PORT";
+  if (g.secret.empty()) missing += " HOROVODLITE_SECRET_KEY";
   if (!missing.empty()) {
     return Status::InvalidArgument(std::string("a Gloo job (") + why + ") needs" + missing +
                                    " (start it with horovodlite-run --gloo, or under mpirun for MPI)");

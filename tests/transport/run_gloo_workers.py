@@ -47,6 +47,7 @@ def main():
                 "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
                 "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
                 "HOROVOD_GLOO_TIMEOUT_SECONDS": env.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "30"),
+                "HOROVODLITE_SECRET_KEY": server.secret,
             })
             workers.append(subprocess.Popen(command, env=env))
         deadline = time.monotonic() + args.timeout

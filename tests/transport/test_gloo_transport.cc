@@ -6,6 +6,8 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -398,11 +400,13 @@ TEST(GlooTransport, MessagesOfASmallOpGoThroughTheRing) {
 
 namespace {
 
+const std::string kTestSecret(32, 's');
+
 // Two direct-TCP hubs in one process on 127.0.0.1, as ranks 0 and 1.
 void connect_tcp_hubs(std::chrono::microseconds park_limit, std::shared_ptr<tp::TcpHub>* a,
                       std::shared_ptr<tp::TcpHub>* b) {
-  *a = std::make_shared<tp::TcpHub>(0, park_limit);
-  *b = std::make_shared<tp::TcpHub>(1, park_limit);
+  *a = std::make_shared<tp::TcpHub>(0, kTestSecret, park_limit);
+  *b = std::make_shared<tp::TcpHub>(1, kTestSecret, park_limit);
   sockaddr_storage local{};
   auto* in = reinterpret_cast<sockaddr_in*>(&local);
   in->sin_family = AF_INET;
@@ -424,6 +428,46 @@ std::vector<uint8_t> pattern(size_t n, int seed) {
 }
 
 }  // namespace
+
+// The direct TCP handshake: a connection that cannot prove it is of the job
+// (garbage, or the right rank with another job's secret) is closed, and the
+// listener goes on to take its real peer's; the peers then talk.
+TEST(GlooTransport, DirectTcpRefusesConnectionsWithoutTheJobsProof) {
+  auto a = std::make_shared<tp::TcpHub>(0, kTestSecret);
+  auto b = std::make_shared<tp::TcpHub>(1, kTestSecret);
+  auto stranger = std::make_shared<tp::TcpHub>(1, std::string(32, 'x'));
+  sockaddr_storage local{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&local);
+  in->sin_family = AF_INET;
+  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  tp::TcpHub::Endpoint endpoint{};
+  ASSERT_TRUE(a->listen(1, local, &endpoint).ok());
+  Status accepted;
+  std::thread t([&] { accepted = a->accept(1, std::chrono::seconds(20)); });
+  {  // garbage of a hello's size
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&endpoint.address), sizeof(sockaddr_in)), 0);
+    const std::vector<char> junk(40, 'j');
+    ASSERT_EQ(write(fd, junk.data(), junk.size()), 40);
+    char c = 0;
+    EXPECT_LE(read(fd, &c, 1), 0);  // closed by the listener, nothing said
+    close(fd);
+  }
+  ASSERT_TRUE(stranger->connect(0, endpoint, std::chrono::seconds(10)).ok());  // only writes its hello
+  const Status connected = b->connect(0, endpoint, std::chrono::seconds(10));
+  t.join();
+  ASSERT_TRUE(connected.ok()) << connected.message();
+  ASSERT_TRUE(accepted.ok()) << accepted.message();
+  EXPECT_EQ(a->refused_connections(), 2u);
+  std::vector<uint8_t> out = pattern(1000, 3), got(1000, 0);
+  tp::RequestPtr s, r;
+  ASSERT_TRUE(b->post(true, out.data(), out.size(), 0, 0, 1, 1, &s).ok());
+  ASSERT_TRUE(a->post(false, got.data(), got.size(), 1, 1, 1, 1, &r).ok());
+  ASSERT_TRUE(r->wait(std::chrono::seconds(10)).ok());
+  ASSERT_TRUE(s->wait(std::chrono::seconds(10)).ok());
+  EXPECT_EQ(got, out);
+}
 
 // A receive abandoned unfinished (its request destroyed) leaves no trace in
 // the hub: a message arriving later, with no receive posted, waits in the ring

@@ -29,6 +29,8 @@ class Env {
 
  private:
   static constexpr const char* kNames[] = {"HOROVOD_CONTROLLER",
+                                           "HOROVODLITE_SECRET_KEY",
+                                           "HOROVOD_SECRET_KEY",
                                            "HOROVOD_CPU_OPERATIONS",
                                            "HOROVODLITE_CONTROLLER",
                                            "HOROVOD_RANK",
@@ -50,6 +52,41 @@ void set_job(Env& env) {
   env.set("HOROVOD_SIZE", "2");
   env.set("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1");
   env.set("HOROVOD_GLOO_RENDEZVOUS_PORT", "4242");
+  env.set("HOROVODLITE_SECRET_KEY", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
+}
+
+// The job's secret: hex of 128 bits or more into raw bytes; required for a Gloo
+// job (the store refuses unsigned requests); a malformed one is an error that
+// names the variable and never shows the value.
+TEST(TransportConfig, TheJobSecretIsRequiredAndNeverShown) {
+  {
+    Env env;
+    set_job(env);
+    Config c;
+    ASSERT_TRUE(Config::from_env(&c).ok());
+    ASSERT_EQ(c.gloo.secret.size(), 32u);
+    EXPECT_EQ(static_cast<unsigned char>(c.gloo.secret[1]), 0x11);
+    EXPECT_EQ(static_cast<unsigned char>(c.gloo.secret[31]), 0xff);
+  }
+  for (const char* bad : {"not-hex-but-long-enough-0123456789abcdef", "0011", "abc"}) {
+    Env env;
+    set_job(env);
+    env.set("HOROVODLITE_SECRET_KEY", bad);
+    Config c;
+    const Status s = Config::from_env(&c);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("HOROVODLITE_SECRET_KEY"), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find(bad), std::string::npos) << s.message();
+  }
+  {
+    Env env;
+    set_job(env);
+    unsetenv("HOROVODLITE_SECRET_KEY");
+    Config c;
+    const Status s = Config::from_env(&c);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("needs HOROVODLITE_SECRET_KEY"), std::string::npos) << s.message();
+  }
 }
 
 TEST(TransportConfig, MpiByDefaultAndGlooWhenAskedOrLaunchedWithoutMpirun) {
@@ -169,7 +206,8 @@ TEST(TransportConfig, BadValuesNameTheVariable) {
 
 TEST(TransportConfig, AnUnreachableRendezvousStoreIsNamed) {
   // Port 1 on loopback: nothing listens there.
-  horovodlite::transport::HttpStoreClient client("127.0.0.1", 1, "global", std::chrono::milliseconds(200));
+  horovodlite::transport::HttpStoreClient client("127.0.0.1", 1, "global", std::chrono::milliseconds(200),
+                                                 std::string(32, 'k'));
   std::vector<char> v;
   const Status s = client.get("rank_0", &v);
   EXPECT_FALSE(s.ok());

@@ -39,7 +39,7 @@ const char* env_or_empty(const char* name) {
 // one run().
 class HostsUpdatedPoller {
  public:
-  HostsUpdatedPoller(std::string host, int port) : host_(std::move(host)), port_(port) {
+  HostsUpdatedPoller(std::string host, int port) : host_(std::move(host)), port_(port), signer_(detail::job_key()) {
     last_timestamp_ = std::atoll(env_or_empty("HOROVODLITE_ELASTIC_LAST_UPDATE"));
     thread_ = std::thread([this] { loop(); });
   }
@@ -64,6 +64,7 @@ class HostsUpdatedPoller {
   }
   const std::string& host() const { return host_; }
   int port() const { return port_; }
+  transport::RequestSigner* signer() { return &signer_; }
 
  private:
   void loop() {
@@ -79,7 +80,7 @@ class HostsUpdatedPoller {
     std::map<std::string, std::string> news;
     int64_t timestamp = 0, update = 0;
     // The driver busy or gone: the next poll tells.
-    if (!detail::http_get(host_, port_, "/rendezvous/hosts_updated", kPollTimeout, &body).ok()) return;
+    if (!detail::http_get(host_, port_, "/rendezvous/hosts_updated", kPollTimeout, &signer_, &body).ok()) return;
     if (!detail::parse_flat_json(body, &news).ok() || !detail::json_int(news, "timestamp", &timestamp).ok()) return;
     if (!detail::json_int(news, "update", &update).ok()) update = 0;
     std::set<State*> listeners;
@@ -94,7 +95,8 @@ class HostsUpdatedPoller {
 
   const std::string host_;
   const int port_;
-  std::mutex mu_;  // everything below
+  transport::RequestSigner signer_;  // thread-safe
+  std::mutex mu_;                    // everything below
   std::condition_variable wake_;
   bool stopping_ = false;
   int64_t last_timestamp_ = 0;
@@ -117,7 +119,7 @@ void rendezvous(HostsUpdatedPoller& poller) {
   }
   std::string body;
   Status st = detail::http_get(poller.host(), poller.port(), "/rendezvous/rank_and_size/" + host + ":" + local_rank,
-                               kRendezvousTimeout, &body);
+                               kRendezvousTimeout, poller.signer(), &body);
   if (!st.ok()) throw HorovodError(StatusCode::kAborted, "elastic reset: cannot reach the driver: " + st.message());
   std::map<std::string, std::string> info;
   throw_if_error(detail::parse_flat_json(body, &info));

@@ -76,12 +76,21 @@ bool driver_address(std::string* host, int* port) {
   return *port > 0;
 }
 
+std::string job_key() {
+  for (const char* name : {"HOROVODLITE_SECRET_KEY", "HOROVOD_SECRET_KEY"}) {
+    const char* v = std::getenv(name);
+    std::string key;
+    if (v != nullptr && *v != '\0' && transport::parse_secret_hex(v, name, &key).ok()) return key;
+  }
+  return "";
+}
+
 Status http_get(const std::string& host, int port, const std::string& path, std::chrono::milliseconds timeout,
-                std::string* body) {
+                transport::RequestSigner* signer, std::string* body) {
   const std::string where = "elastic driver at " + host + ":" + std::to_string(port) + ": GET " + path;
   int code = 0;
   std::vector<char> reply;
-  const Status st = transport::http_request(host, port, "GET", path, nullptr, timeout, &code, &reply);
+  const Status st = transport::http_request(host, port, "GET", path, nullptr, timeout, signer, &code, &reply);
   if (!st.ok()) return Status(st.code(), where + ": " + st.message());
   if (code != 200) return Status::Internal(where + " answered " + std::to_string(code));
   body->assign(reply.begin(), reply.end());

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "horovodlite/common.h"
+#include "transport/auth.h"
 
 namespace horovodlite {
 namespace torch {
@@ -19,11 +20,16 @@ namespace detail {
 // The driver's address from HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT; false if unset.
 bool driver_address(std::string* host, int* port);
 
-// GET `path` from the driver at host:port; *body is the reply's body. An error status (naming
-// the address and the path) when the driver cannot be reached, does not answer
-// within `timeout`, or answers other than 200.
+// The job's secret from HOROVODLITE_SECRET_KEY (raw bytes; empty when unset or
+// malformed: the driver then refuses the requests, and http_get says so).
+std::string job_key();
+
+// GET `path` from the driver at host:port, signed by `signer` (the reply
+// checked); *body is the reply's body. An error status (naming the address and
+// the path) when the driver cannot be reached, does not answer within
+// `timeout`, refuses the signature, or answers other than 200.
 Status http_get(const std::string& host, int port, const std::string& path, std::chrono::milliseconds timeout,
-                std::string* body);
+                transport::RequestSigner* signer, std::string* body);
 
 // A flat JSON object ({"k": 1, "s": "text", "n": null}) as key -> text (strings
 // unescaped, numbers and literals as written). InvalidArgument on anything else.

@@ -161,6 +161,10 @@ struct Config {
     std::string iface;
     double timeout_s = 30.0;
     std::string scope = "global";
+    // The job's secret (HOROVODLITE_SECRET_KEY, hex, from the launcher): the
+    // raw key that signs every request to the rendezvous store and the direct
+    // TCP handshake (transport/auth.h). Never logged.
+    std::string secret;
     // GLOO_SHM (default 1): same-host ranks talk through shared memory, not TCP;
     // large messages are read straight from the sender's memory where the
     // kernel allows it. "copy": shared memory, every message through the rings.

@@ -1,8 +1,11 @@
 #include "transport/gloo_tcp_direct.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
@@ -12,9 +15,10 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
-#include <random>
 #include <vector>
 
+#include "logging.h"
+#include "transport/auth.h"
 #include "transport/gloo_shm_channel.h"  // pop_first
 
 namespace horovodlite {
@@ -25,9 +29,9 @@ struct TcpHeader {
   uint64_t bytes;
 };
 
-// What the connecting side writes first.
+// What the connecting side writes first: who it is and its proof (auth.h).
 struct TcpHello {
-  uint64_t token;
+  uint8_t proof[32];
   int32_t rank;
   int32_t unused;
 };
@@ -101,7 +105,7 @@ struct TcpChannel {
   int peer = -1;
   int fd = -1;
   int listen_fd = -1;
-  uint64_t token = 0;
+  uint8_t nonce[16] = {0};
   std::string failed;                                               // why the connection is gone; empty while it works
   std::deque<std::shared_ptr<TcpOp>> sends;                         // in posting order
   std::map<uint64_t, std::deque<std::shared_ptr<TcpOp>>> recvs;     // posted, per slot
@@ -200,9 +204,27 @@ void configure(int fd) {
 
 }  // namespace
 
-TcpHub::TcpHub(int world_rank, std::chrono::microseconds park_limit)
-    : world_rank_(world_rank), park_limit_(park_limit) {}
+namespace {
+
+// What the connecting rank `from` sends the listening rank `to` for `nonce`.
+void hello_proof(const std::string& secret, const uint8_t* nonce, int to, int from, uint8_t out[32]) {
+  std::memset(out, 0, 32);
+  if (secret.empty()) {
+    std::memcpy(out, nonce, 16);
+    return;
+  }
+  const std::string mac = hmac_sha256(secret, "hvl1-tcp\n" + std::string(reinterpret_cast<const char*>(nonce), 16) +
+                                                  "\n" + std::to_string(to) + "\n" + std::to_string(from));
+  std::memcpy(out, mac.data(), std::min<size_t>(32, mac.size()));
+}
+
+}  // namespace
+
+TcpHub::TcpHub(int world_rank, std::string secret, std::chrono::microseconds park_limit)
+    : world_rank_(world_rank), secret_(std::move(secret)), park_limit_(park_limit) {}
 TcpHub::~TcpHub() = default;
+
+size_t TcpHub::refused_connections() const { return refused_.load(); }
 
 Status TcpHub::listen(int world_peer, const sockaddr_storage& local, Endpoint* out) {
   auto c = std::make_unique<TcpChannel>();
@@ -212,15 +234,15 @@ Status TcpHub::listen(int world_peer, const sockaddr_storage& local, Endpoint* o
   sockaddr_storage a = local;
   set_port(&a, 0);
   if (bind(c->listen_fd, reinterpret_cast<sockaddr*>(&a), length_of(a)) != 0) return sys_error("bind", world_peer);
-  if (::listen(c->listen_fd, 1) != 0) return sys_error("listen", world_peer);
+  if (::listen(c->listen_fd, 8) != 0) return sys_error("listen", world_peer);
   std::memset(out, 0, sizeof(*out));
   socklen_t len = sizeof(out->address);
   if (getsockname(c->listen_fd, reinterpret_cast<sockaddr*>(&out->address), &len) != 0) {
     return sys_error("getsockname", world_peer);
   }
-  std::random_device rd;
-  c->token = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  out->token = c->token;
+  if (RAND_bytes(c->nonce, sizeof(c->nonce)) != 1)
+    return Status::Internal("transport (gloo, direct tcp): no random bytes");
+  std::memcpy(out->nonce, c->nonce, sizeof(c->nonce));
   std::lock_guard<std::mutex> lock(mu_);
   channels_[world_peer] = std::move(c);
   return Status::OK();
@@ -238,21 +260,47 @@ Status TcpHub::accept(int world_peer, std::chrono::milliseconds timeout) {
     return Status::Timeout("transport (gloo, direct tcp): rank " + std::to_string(world_peer) +
                            " did not connect within " + std::to_string(timeout.count()) + " ms");
   };
-  if (!wait_fd(c->listen_fd, POLLIN, timeout)) return timed_out();
-  const int fd = accept4(c->listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) return sys_error("accept", world_peer);
+  uint8_t want[32];
+  hello_proof(secret_, c->nonce, world_rank_, world_peer, want);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int fd = -1;
+  while (fd < 0) {
+    // Until the peer proves itself: a connection from outside the job is
+    // closed and the wait goes on.
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || !wait_fd(c->listen_fd, POLLIN, left)) return timed_out();
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof(from);
+    const int candidate = accept4(c->listen_fd, reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC);
+    if (candidate < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return sys_error("accept", world_peer);
+    }
+    TcpHello hello{};
+    // A peer of the job writes its hello at once: a silent one gets a few seconds.
+    const auto hello_wait = std::min(left, std::chrono::milliseconds(5000));
+    if (exchange(candidate, &hello, sizeof(hello), false, hello_wait) && hello.rank == world_peer &&
+        CRYPTO_memcmp(hello.proof, want, sizeof(want)) == 0) {
+      fd = candidate;
+      break;
+    }
+    close(candidate);
+    if (refused_.fetch_add(1) == 0) {
+      char host[INET6_ADDRSTRLEN] = "?";
+      if (from.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&from)->sin_addr, host, sizeof(host));
+      } else if (from.ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&from)->sin6_addr, host, sizeof(host));
+      }
+      HVL_LOG(kWarning, "transport (gloo, direct tcp): closed a connection from " << host << " that claimed to be rank "
+                                                                                  << world_peer
+                                                                                  << " without the job's proof; still "
+                                                                                     "waiting for that rank");
+    }
+  }
   close(c->listen_fd);
   c->listen_fd = -1;
-  TcpHello hello{};
-  if (!exchange(fd, &hello, sizeof(hello), false, timeout)) {
-    close(fd);
-    return timed_out();
-  }
-  if (hello.token != c->token || hello.rank != world_peer) {
-    close(fd);
-    return Status::Aborted("transport (gloo, direct tcp): the connection for rank " + std::to_string(world_peer) +
-                           " came from someone else");
-  }
   configure(fd);
   std::lock_guard<std::mutex> lock(mu_);
   c->fd = fd;
@@ -275,7 +323,9 @@ Status TcpHub::connect(int world_peer, const Endpoint& endpoint, std::chrono::mi
     return Status::Aborted("transport (gloo, direct tcp): connecting to rank " + std::to_string(world_peer) +
                            " failed: " + (err != 0 ? std::strerror(err) : "timed out"));
   }
-  TcpHello hello{endpoint.token, world_rank_, 0};
+  TcpHello hello{};
+  hello_proof(secret_, endpoint.nonce, world_peer, world_rank_, hello.proof);
+  hello.rank = world_rank_;
   if (!exchange(fd, &hello, sizeof(hello), true, timeout)) return sys_error("greeting", world_peer);
   configure(fd);
   std::lock_guard<std::mutex> lock(mu_);

@@ -19,12 +19,16 @@
 // naming it. Set-up
 // (GlooTransport, collective over the world): the lower rank of a pair
 // listens on the address of its Gloo device and sends the address and a
-// random token through the Gloo pair; the other connects and names itself
-// with the token.
+// random 128-bit nonce through the Gloo pair; the other connects and proves
+// itself with HMAC-SHA256(job secret, nonce and both ranks) (transport/auth.h),
+// or with the nonce itself where the job has no secret. A connection that
+// cannot prove itself (someone outside the job) is closed, logged once, and
+// the listener goes on waiting for its peer.
 #pragma once
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -46,7 +50,8 @@ class TcpHub : public std::enable_shared_from_this<TcpHub> {
   // `park_limit`: how long an arriving message may wait in the socket for its
   // receive while nothing else needs it read (place_arriving).
   static constexpr std::chrono::microseconds kDefaultParkLimit{200};
-  explicit TcpHub(int world_rank, std::chrono::microseconds park_limit = kDefaultParkLimit);
+  // `secret`: the job's (raw bytes; may be empty, see above).
+  explicit TcpHub(int world_rank, std::string secret = "", std::chrono::microseconds park_limit = kDefaultParkLimit);
   ~TcpHub();
   TcpHub(const TcpHub&) = delete;
   TcpHub& operator=(const TcpHub&) = delete;
@@ -54,8 +59,10 @@ class TcpHub : public std::enable_shared_from_this<TcpHub> {
   // What the lower rank of a pair sends the other (plain bytes).
   struct Endpoint {
     sockaddr_storage address;
-    uint64_t token;
+    uint8_t nonce[16];
   };
+  // How many connections were closed for lack of proof (tests).
+  size_t refused_connections() const;
   // Lower rank: listens on `local` (any port) for `world_peer`.
   Status listen(int world_peer, const sockaddr_storage& local, Endpoint* out);
   // Lower rank: takes the peer's connection (within `timeout`).
@@ -87,7 +94,9 @@ class TcpHub : public std::enable_shared_from_this<TcpHub> {
   void fail_channel(TcpChannel* c, const std::string& why);
 
   int world_rank_;
+  std::string secret_;
   std::chrono::microseconds park_limit_;
+  std::atomic<size_t> refused_{0};
   mutable std::mutex mu_;
   // Spare buffers for early messages of up to kEarlyPooledBytes (under mu_;
   // declared before channels_, whose early messages return theirs here).

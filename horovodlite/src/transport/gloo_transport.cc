@@ -120,6 +120,7 @@ struct GlooShared {
   std::shared_ptr<gloo::rendezvous::Store> store;
   std::shared_ptr<gloo::transport::Device> device;
   std::chrono::milliseconds timeout;
+  std::string secret;           // GlooOptions::secret
   std::shared_ptr<ShmHub> shm;  // same-host peers (gloo_shm.h); null when none or off
   std::shared_ptr<TcpHub> tcp;  // other peers, HOROVODLITE_GLOO_TCP=direct (gloo_tcp_direct.h); else null
 };
@@ -251,7 +252,7 @@ class GlooTransport : public Context {
       if (r != rank_ && !(shared_->shm && shared_->shm->has(r))) peers.push_back(r);
     }
     if (peers.empty()) return Status::OK();
-    auto hub = std::make_shared<TcpHub>(rank_);
+    auto hub = std::make_shared<TcpHub>(rank_, shared_->secret);
     std::vector<TcpHub::Endpoint> ends(static_cast<size_t>(size_));
     std::memset(static_cast<void*>(ends.data()), 0, ends.size() * sizeof(TcpHub::Endpoint));
     std::vector<RequestPtr> reqs;
@@ -381,8 +382,9 @@ class GlooTransport : public Context {
 
 class HttpGlooStore : public gloo::rendezvous::Store {
  public:
-  HttpGlooStore(const std::string& host, int port, const std::string& scope, std::chrono::milliseconds timeout)
-      : client_(host, port, scope, timeout) {}
+  HttpGlooStore(const std::string& host, int port, const std::string& scope, std::chrono::milliseconds timeout,
+                const std::string& secret)
+      : client_(host, port, scope, timeout, secret) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     const Status s = client_.set(key, data);
     if (!s.ok()) throw std::runtime_error(s.message());
@@ -456,8 +458,8 @@ int direct_tcp_peers(const Context& ctx) {
 }
 
 std::shared_ptr<gloo::rendezvous::Store> make_http_store(const std::string& host, int port, const std::string& scope,
-                                                         std::chrono::milliseconds timeout) {
-  return std::make_shared<HttpGlooStore>(host, port, scope, timeout);
+                                                         std::chrono::milliseconds timeout, const std::string& secret) {
+  return std::make_shared<HttpGlooStore>(host, port, scope, timeout, secret);
 }
 
 Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous::Store> store, ContextPtr* out) {
@@ -502,6 +504,7 @@ Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous
     shared->store = store;
     shared->device = gloo::transport::tcp::CreateDevice(attr);
     shared->timeout = options.timeout;
+    shared->secret = options.secret;
     auto gctx = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     gctx->setTimeout(options.timeout);
     gloo::rendezvous::PrefixStore mesh(options.prefix + "/mesh", *store);
@@ -535,7 +538,7 @@ Status connect_gloo(const GlooOptions& options, std::shared_ptr<gloo::rendezvous
 
 Status connect_gloo_http(const GlooOptions& options, const std::string& host, int port, const std::string& scope,
                          ContextPtr* out) {
-  return connect_gloo(options, make_http_store(host, port, scope, options.timeout), out);
+  return connect_gloo(options, make_http_store(host, port, scope, options.timeout, options.secret), out);
 }
 
 Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
@@ -550,6 +553,7 @@ Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
   options.shared_memory = g.shared_memory;
   options.single_copy = g.shm_single_copy;
   options.direct_tcp = g.direct_tcp;
+  options.secret = g.secret;
   return connect_gloo_http(options, g.rendezvous_addr, static_cast<int>(g.rendezvous_port), g.scope, out);
 }
 

@@ -46,6 +46,10 @@ struct GlooOptions {
   bool direct_tcp = false;
   // Prefix of every key this world writes (a scope per world, e.g. "global").
   std::string prefix = "hvl";
+  // The job's secret (raw bytes; Config::GlooJob::secret): signs the store's
+  // requests and proves each direct TCP connection's peer. Empty (tests with
+  // an in-process store): the direct TCP handshake uses a 128-bit random token.
+  std::string secret;
 };
 
 // Collective over the options' ranks: connects the full mesh through `store`.
@@ -69,7 +73,7 @@ int direct_tcp_peers(const Context& ctx);
 
 // gloo::rendezvous::Store over the HTTP key-value store (http_store.h).
 std::shared_ptr<gloo::rendezvous::Store> make_http_store(const std::string& host, int port, const std::string& scope,
-                                                         std::chrono::milliseconds timeout);
+                                                         std::chrono::milliseconds timeout, const std::string& secret);
 
 }  // namespace transport
 }  // namespace horovodlite

@@ -91,15 +91,43 @@ class Socket {
   int fd_ = -1;
 };
 
+// The value of header `name` in an HTTP head (case-insensitive name), or "".
+std::string header_value(const std::string& head, const std::string& name) {
+  size_t pos = head.find("\r\n");
+  while (pos != std::string::npos && pos + 2 < head.size()) {
+    const size_t start = pos + 2;
+    const size_t end = head.find("\r\n", start);
+    const std::string line = head.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const size_t colon = line.find(':');
+    if (colon == name.size() && std::equal(name.begin(), name.end(), line.begin(), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      size_t v = colon + 1;
+      while (v < line.size() && line[v] == ' ') ++v;
+      size_t e = line.size();
+      while (e > v && (line[e - 1] == ' ' || line[e - 1] == '\t')) --e;
+      return line.substr(v, e - v);
+    }
+    pos = end;
+  }
+  return "";
+}
+
 }  // namespace
 
 Status http_request(const std::string& host, int port, const std::string& method, const std::string& path,
-                    const std::vector<char>* body, std::chrono::milliseconds timeout, int* code,
+                    const std::vector<char>* body, std::chrono::milliseconds timeout, RequestSigner* signer, int* code,
                     std::vector<char>* reply) {
   Socket s;
   HVL_RETURN_IF_ERROR(s.connect(host, port, static_cast<int>(timeout.count())));
+  const size_t n = body ? body->size() : 0;
+  const char* data = body && !body->empty() ? body->data() : "";
+  RequestSigner::Signed sig;
+  if (signer != nullptr && signer->has_key()) sig = signer->sign(method, path, data, n);
   std::string head = method + " " + path + " HTTP/1.1\r\nHost: " + host +
-                     "\r\nConnection: close\r\nContent-Length: " + std::to_string(body ? body->size() : 0) + "\r\n\r\n";
+                     "\r\nConnection: close\r\nContent-Length: " + std::to_string(n) + "\r\n";
+  if (!sig.header.empty()) head += std::string(kAuthHeader) + ": " + sig.header + "\r\n";
+  head += "\r\n";
   HVL_RETURN_IF_ERROR(s.write_all(head.data(), head.size()));
   if (body && !body->empty()) HVL_RETURN_IF_ERROR(s.write_all(body->data(), body->size()));
   std::vector<char> raw;
@@ -112,18 +140,33 @@ Status http_request(const std::string& host, int port, const std::string& method
     return Status::Internal("not an HTTP reply");
   }
   *code = std::atoi(text.c_str() + sp + 1);
-  if (reply) reply->assign(raw.begin() + static_cast<std::ptrdiff_t>(end + 4), raw.end());
+  const std::string proof = header_value(text.substr(0, end + 2), kAuthHeader);
+  const char* payload = raw.data() + end + 4;
+  const size_t payload_n = raw.size() - (end + 4);
+  if (*code == 401 && proof.empty()) {
+    return Status::Aborted(std::string("refused (401): the request is not signed with that job's secret (") +
+                           (signer != nullptr && signer->has_key() ? "HOROVODLITE_SECRET_KEY differs"
+                                                                   : "this process has no HOROVODLITE_SECRET_KEY") +
+                           ": start it with the job's launcher)");
+  }
+  if (signer == nullptr || !signer->reply_ok(sig.mac, *code, proof, payload_n ? payload : "", payload_n)) {
+    return Status::Aborted("the reply (status " + std::to_string(*code) +
+                           ") is not signed with this job's secret: something else answers at that address");
+  }
+  if (reply) reply->assign(payload, payload + payload_n);
   return Status::OK();
 }
 
-HttpStoreClient::HttpStoreClient(std::string host, int port, std::string scope, std::chrono::milliseconds timeout)
-    : host_(std::move(host)), port_(port), scope_(std::move(scope)), timeout_(timeout) {}
+HttpStoreClient::HttpStoreClient(std::string host, int port, std::string scope, std::chrono::milliseconds timeout,
+                                 const std::string& key)
+    : host_(std::move(host)), port_(port), scope_(std::move(scope)), timeout_(timeout), signer_(key) {}
 
 Status HttpStoreClient::request(const char* method, const std::string& key, const std::vector<char>* body, int* code,
                                 std::vector<char>* reply) {
   const std::string where = std::string("rendezvous store at ") + address() + ": " + method + " /" + scope_ + "/" + key;
-  const Status st = http_request(host_, port_, method, "/" + url_encode(scope_) + "/" + url_encode(key), body,
-                                 std::chrono::milliseconds(std::min<int64_t>(timeout_.count(), 60000)), code, reply);
+  const Status st =
+      http_request(host_, port_, method, "/" + url_encode(scope_) + "/" + url_encode(key), body,
+                   std::chrono::milliseconds(std::min<int64_t>(timeout_.count(), 60000)), &signer_, code, reply);
   if (!st.ok()) return Status::Internal(where + ": " + st.message());
   return Status::OK();
 }

@@ -2,7 +2,8 @@
 // Gloo-launch contract, notes/contract-gloo.md): set = PUT /<scope>/<key>,
 // get = GET polled with a growing back-off until present or the timeout (an
 // error naming the key and the address). One short connection per request over
-// a plain socket; no HTTP library.
+// a plain socket; no HTTP library. Every request is signed with the job's
+// secret and every reply checked (transport/auth.h).
 #pragma once
 
 #include <chrono>
@@ -10,22 +11,26 @@
 #include <vector>
 
 #include "horovodlite/common.h"
+#include "transport/auth.h"
 
 namespace horovodlite {
 namespace transport {
 
 // One HTTP/1.1 request over a short connection (Connection: close) to
-// host:port: *code is the reply's status and *reply (when not null) its body.
-// `timeout` bounds the connection's sends and receives (kTimeout when the peer
-// does not answer in time). Also the LibTorch adapter's client of the elastic
-// driver (adapters/torch/src/elastic_driver.cc).
+// host:port, signed by `signer`: *code is the reply's status and *reply (when
+// not null) its body. A reply not signed for this request is an error, and so
+// is a refusal of the signature (401). `timeout` bounds the connection's sends
+// and receives (kTimeout when the peer does not answer in time). Also the
+// LibTorch adapter's client of the elastic driver (adapters/torch/src/elastic_driver.cc).
 Status http_request(const std::string& host, int port, const std::string& method, const std::string& path,
-                    const std::vector<char>* body, std::chrono::milliseconds timeout, int* code,
+                    const std::vector<char>* body, std::chrono::milliseconds timeout, RequestSigner* signer, int* code,
                     std::vector<char>* reply);
 
 class HttpStoreClient {
  public:
-  HttpStoreClient(std::string host, int port, std::string scope, std::chrono::milliseconds timeout);
+  // `key`: the job's secret (raw bytes).
+  HttpStoreClient(std::string host, int port, std::string scope, std::chrono::milliseconds timeout,
+                  const std::string& key);
 
   Status set(const std::string& key, const std::vector<char>& value);
   // Polls until the key is set or the timeout passes.
@@ -47,6 +52,7 @@ class HttpStoreClient {
   int port_;
   std::string scope_;
   std::chrono::milliseconds timeout_;
+  RequestSigner signer_;
 };
 
 }  // namespace transport

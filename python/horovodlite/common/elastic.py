@@ -16,7 +16,6 @@ server:
 """
 
 import functools
-import http.client
 import json
 import os
 import queue
@@ -42,18 +41,28 @@ def elastic_enabled():
     return os.environ.get("HOROVOD_ELASTIC", "") not in ("", "0") and _rendezvous_address() is not None
 
 
-def _http_get_json(path, timeout):
+_clients = {}
+_clients_lock = threading.Lock()
+
+
+def _client(timeout):
+    """A signed client of the launcher's store (the job's secret from the
+    environment), one per timeout."""
+    from horovodlite.runner.rendezvous import RendezvousClient
     addr, port = _rendezvous_address()
-    conn = http.client.HTTPConnection(addr, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        body = resp.read()
-        if resp.status != 200:
-            raise RuntimeError("rendezvous %s:%d: GET %s answered %d" % (addr, port, path, resp.status))
-        return json.loads(body.decode())
-    finally:
-        conn.close()
+    with _clients_lock:
+        key = (addr, port, timeout)
+        if key not in _clients:
+            _clients[key] = RendezvousClient(addr, port, timeout=timeout)
+        return _clients[key]
+
+
+def _http_get_json(path, timeout):
+    client = _client(timeout)
+    status, body = client.request("GET", path)
+    if status != 200:
+        raise RuntimeError("rendezvous %s:%d: GET %s answered %d" % (client.addr, client.port, path, status))
+    return json.loads(body.decode())
 
 
 class WorkerNotificationManager:

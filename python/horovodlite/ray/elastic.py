@@ -132,7 +132,8 @@ class ElasticRayJob:
 
     def start_worker(self, slot, generation, extra_env):
         import ray
-        env = gloo_run.slot_environment(slot, self.addr, self.port, timeout_s=self.ex.settings.timeout_s)
+        env = gloo_run.slot_environment(slot, self.addr, self.port, timeout_s=self.ex.settings.timeout_s,
+                                        secret=self.server.secret)
         env.update(extra_env)
         env.update(self.ex.extra_env_vars)
         options = {"num_cpus": self.ex.cpus_per_worker, "num_gpus": self.ex.gpus_per_worker,
@@ -190,7 +191,8 @@ class ElasticRayJob:
         here = ray.util.get_node_ip_address()
         local = (not self.ex.settings.nics and set(hosts) <= {here})
         self.addr = "127.0.0.1" if local else worker_env.driver_address(self.ex.settings.nics)
-        self.server = RendezvousServer(bind_host="127.0.0.1" if local else "0.0.0.0", port=0)
+        # A fresh secret per job (RendezvousServer makes it); Ray's actor calls carry it to the workers.
+        self.server = RendezvousServer(bind_host=gloo_run.bind_address(self.addr), port=0)
         self.server.get_hook = self.driver.http_get_hook
         self.driver.rendezvous = self.server
         self.port = self.server.start()

@@ -15,6 +15,7 @@ import sys
 import time
 
 from horovodlite.runner import worker_env
+from horovodlite.runner.gloo_run import bind_address
 from horovodlite.runner.rendezvous import RendezvousServer
 
 
@@ -263,13 +264,14 @@ class RayExecutor:
             self.slots = [self.slots[i] for i in order]
             local = all(h == hosts[0] for h in hosts) and hosts[0] == worker_env.host_identity()
             addr = "127.0.0.1" if local and not self.settings.nics else worker_env.driver_address(self.settings.nics)
-            self._server = RendezvousServer(bind_host="127.0.0.1" if addr.startswith("127.") else "0.0.0.0",
-                                            port=0)
+            # A fresh secret per job (RendezvousServer makes it); Ray's actor calls carry it to the workers.
+            self._server = RendezvousServer(bind_host=bind_address(addr), port=0)
             port = self._server.start()
             iface = sorted(self.settings.nics)[0] if self.settings.nics else None
             envs = []
             for slot in self.slots:
-                env = worker_env.gloo_env(slot, addr, port, timeout_s=self.settings.timeout_s, iface=iface)
+                env = worker_env.gloo_env(slot, addr, port, timeout_s=self.settings.timeout_s, iface=iface,
+                                          secret=self._server.secret)
                 env.update({str(k): str(v) for k, v in (extra_env_vars or {}).items()})
                 envs.append(env)
             ray.get([w.update_env_vars.remote(env) for w, env in zip(self.workers, envs)])

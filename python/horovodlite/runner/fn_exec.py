@@ -5,7 +5,8 @@ contract's environment plus
     HVL_ENGINE_KV_ADDR / HVL_ENGINE_KV_PORT / HVL_ENGINE_KV_SCOPE   the driver's KV store
     HVL_ENGINE_PARENT_PID                                           the task's process
 
-It fetches the pickled (fn, args, kwargs) from <scope>/fn, calls fn, and puts
+It fetches the pickled (fn, args, kwargs) from <scope>/fn (sealed with the job's
+secret, HOROVODLITE_SECRET_KEY: runner/secret.py), calls fn, and puts (sealed)
 ("ok", result) or ("error", traceback text, pickled exception) at
 <scope>/result/<rank>; a failure also goes to <scope>/failed/<rank> at once so
 that the driver can end the other ranks. The process dies with its parent
@@ -52,7 +53,8 @@ def main():
     scope = os.environ["HVL_ENGINE_KV_SCOPE"]
     rank = int(os.environ["HOROVOD_RANK"])
     try:
-        fn, args, kwargs = cloudpickle.loads(client.wait(scope, "fn", 60))
+        # Unpickled only once its seal says the job's driver put it there.
+        fn, args, kwargs = cloudpickle.loads(client.unseal(scope + "/fn", client.wait(scope, "fn", 60)))
         result = fn(*args, **kwargs)
         _shutdown_horovodlite()
         payload = cloudpickle.dumps(("ok", result))
@@ -66,11 +68,12 @@ def main():
             exc = None
         try:
             client.put(scope, "failed/%d" % rank, tb)
-            client.put(scope, "result/%d" % rank, cloudpickle.dumps(("error", tb, exc)))
+            client.put(scope, "result/%d" % rank, client.seal("%s/result/%d" % (scope, rank),
+                                                              cloudpickle.dumps(("error", tb, exc))))
         finally:
             sys.stdout.flush()
             os._exit(1)  # no atexit shutdown: it is collective and the others may never come
-    client.put(scope, "result/%d" % rank, payload)
+    client.put(scope, "result/%d" % rank, client.seal("%s/result/%d" % (scope, rank), payload))
     sys.stdout.flush()
     sys.stderr.flush()
 

@@ -24,6 +24,7 @@ import threading
 import time
 
 from horovodlite.runner import hosts as hosts_util
+from horovodlite.runner.secret import SECRET_ENV, SECRET_ENV_NAMES, make_secret
 
 # Seconds between SIGTERM and SIGKILL when the job is ended.
 TERMINATE_GRACE_S = 3.0
@@ -63,8 +64,8 @@ def host_assignments(hosts, np):
     return out
 
 
-def slot_environment(slot, rendezvous_addr, rendezvous_port, iface=None, timeout_s=None):
-    """The contract's variables for one rank."""
+def slot_environment(slot, rendezvous_addr, rendezvous_port, iface=None, timeout_s=None, secret=None):
+    """The contract's variables for one rank (with the job's secret when given)."""
     env = {
         "HOROVOD_HOSTNAME": slot.hostname,
         "HOROVOD_RANK": str(slot.rank),
@@ -81,7 +82,16 @@ def slot_environment(slot, rendezvous_addr, rendezvous_port, iface=None, timeout
     }
     if iface:
         env["HOROVOD_GLOO_IFACE"] = iface
+    if secret:
+        env[SECRET_ENV] = secret
     return env
+
+
+def bind_address(addr):
+    """Where the store listens: the address the workers are given (loopback when
+    all are local), or HOROVODLITE_RENDEZVOUS_BIND when the user asks for
+    another (0.0.0.0 for every interface)."""
+    return os.environ.get("HOROVODLITE_RENDEZVOUS_BIND") or addr
 
 
 def interface_address(name):
@@ -133,16 +143,28 @@ def forwarded_environment(environ=None):
 
 def remote_command(agent, ssh_args, host, env, command, cwd=None, python=None):
     """argv that runs `command` on `host` with `env` through the launch agent,
-    wrapped in runner/task.py (ends the rank when the agent's stdin closes)."""
+    wrapped in runner/task.py (ends the rank when the agent's stdin closes).
+    The job's secret is not on it (a command line is anyone's to read with
+    ps): runner/task.py reads it from its stdin, where private_stdin(env) puts it."""
     python = python or sys.executable
-    assignments = " ".join(shlex.quote("%s=%s" % (k, v)) for k, v in sorted(env.items()))
-    inner = " ".join(shlex.quote(c) for c in [python, "-m", "horovodlite.runner.task", "--"] + list(command))
+    public = {k: v for k, v in env.items() if k not in SECRET_ENV_NAMES}
+    assignments = " ".join(shlex.quote("%s=%s" % (k, v)) for k, v in sorted(public.items()))
+    inner = " ".join(shlex.quote(c) for c in [python, "-m", "horovodlite.runner.task", "--env-from-stdin", "--"]
+                     + list(command))
     cd = "cd %s >/dev/null 2>&1 ; " % shlex.quote(cwd or os.getcwd())
     remote = "%sexec env %s %s" % (cd, assignments, inner)
     opts = []
     if os.path.basename(agent[0]) == "ssh":
         opts = ["-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"]
     return list(agent) + opts + list(ssh_args) + [host, remote]
+
+
+def private_stdin(env):
+    """What a remote rank's runner/task.py reads from stdin before it starts the
+    command: the private variables of `env`, one NAME=VALUE a line, then an
+    empty line."""
+    lines = ["%s=%s\n" % (k, env[k]) for k in SECRET_ENV_NAMES if env.get(k)]
+    return ("".join(lines) + "\n").encode()
 
 
 def describe_exit(rc):
@@ -162,7 +184,7 @@ class Worker:
     """One started rank: a local child or a remote one through the agent, each
     in a session of its own so that ending it ends everything it started."""
 
-    def __init__(self, slot, argv, env, remote, output_dir=None):
+    def __init__(self, slot, argv, env, remote, output_dir=None, stdin_data=None):
         self.slot = slot
         self.argv = argv
         self.remote = remote
@@ -181,6 +203,12 @@ class Worker:
         stdin = subprocess.PIPE if remote else subprocess.DEVNULL
         self.proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
                                      start_new_session=True, preexec_fn=None if remote else _die_with_parent)
+        if remote and stdin_data:
+            try:
+                self.proc.stdin.write(stdin_data)
+                self.proc.stdin.flush()
+            except OSError:
+                pass  # the agent failed at once: its exit says why
 
     @property
     def pid(self):
@@ -226,8 +254,8 @@ class WorkerGroup:
         self.log = log or (lambda msg: print("horovodlite-run: " + msg, file=sys.stderr, flush=True))
         self._lock = threading.Lock()
 
-    def start(self, slot, argv, env, remote, output_dir=None):
-        worker = Worker(slot, argv, env, remote, output_dir)
+    def start(self, slot, argv, env, remote, output_dir=None, stdin_data=None):
+        worker = Worker(slot, argv, env, remote, output_dir, stdin_data)
         with self._lock:
             self.workers.append(worker)
 
@@ -280,8 +308,9 @@ def launch_gloo(command, hosts, np, job_env, *, iface=None, timeout_s=None, agen
         raise RuntimeError("no launch agent to reach %s: install ssh" % ", ".join(remote_hosts))
     addr = rendezvous_address(hosts, iface, is_local)
     if bind_host is None:
-        bind_host = "127.0.0.1" if not remote_hosts else "0.0.0.0"
-    server = RendezvousServer(bind_host=bind_host, port=0)
+        bind_host = bind_address(addr)
+    secret = make_secret()
+    server = RendezvousServer(bind_host=bind_host, port=0, secret=secret, log=log)
     port = server.start()
     if verbose:
         log("rendezvous at %s:%d (bound to %s); %d rank(s) on %s" % (
@@ -293,12 +322,12 @@ def launch_gloo(command, hosts, np, job_env, *, iface=None, timeout_s=None, agen
     try:
         for slot in slots:
             rank_env = dict(job_env)
-            rank_env.update(slot_environment(slot, addr, port, iface, timeout_s))
+            rank_env.update(slot_environment(slot, addr, port, iface, timeout_s, secret))
             if slot.hostname in remote_hosts:
                 env = forwarded_environment()
                 env.update(rank_env)
                 argv = remote_command(agent, ssh_args, slot.hostname, env, command)
-                group.start(slot, argv, None, True, output_dir)
+                group.start(slot, argv, None, True, output_dir, private_stdin(env))
             else:
                 env = dict(os.environ)
                 env.update(rank_env)

@@ -8,6 +8,10 @@ when the launcher closed the pipe or died, or the ssh connection broke. ssh
 without a terminal does not signal remote processes when the client ends; this
 is what keeps a remote rank from outliving its job. Its exit status is
 COMMAND's (128 + N when COMMAND died of signal N).
+
+With --env-from-stdin, the first lines of stdin up to an empty line are
+NAME=VALUE variables added to COMMAND's environment: how the launcher hands a
+remote rank the job's secret without putting it on a command line.
 """
 
 import os
@@ -35,15 +39,37 @@ def _end_session(proc, grace_s=GRACE_S):
     timer.start()
 
 
+def _read_env_lines(fd=0, limit=1 << 16):
+    """NAME=VALUE lines from `fd` up to an empty line (read a byte at a time:
+    what follows is the launcher's end-of-file watch)."""
+    data = b""
+    while not data.endswith(b"\n\n") and data != b"\n" and len(data) < limit:
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        data += chunk
+    env = {}
+    for line in data.decode(errors="replace").splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name:
+            env[name] = value
+    return env
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    extra_env = None
+    if argv and argv[0] == "--env-from-stdin":
+        argv = argv[1:]
+        extra_env = _read_env_lines()
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         print("horovodlite.runner.task: usage: python3 -m horovodlite.runner.task -- COMMAND...", file=sys.stderr)
         return 2
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+        env = dict(os.environ, **extra_env) if extra_env else None
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     except OSError as e:
         print("horovodlite.runner.task: cannot run %s: %s" % (argv[0], e), file=sys.stderr, flush=True)
         return 127

@@ -66,8 +66,9 @@ def assign_ranks(worker_hosts):
     return slots
 
 
-def gloo_env(slot, rendezvous_addr, rendezvous_port, timeout_s=None, iface=None):
-    """The contract's variables for one worker (both spellings of the controller)."""
+def gloo_env(slot, rendezvous_addr, rendezvous_port, timeout_s=None, iface=None, secret=None):
+    """The contract's variables for one worker (both spellings of the
+    controller), with the job's secret (runner/secret.py) when given."""
     env = {
         "HOROVOD_CONTROLLER": "gloo",
         "HOROVOD_CPU_OPERATIONS": "gloo",
@@ -84,6 +85,9 @@ def gloo_env(slot, rendezvous_addr, rendezvous_port, timeout_s=None, iface=None)
     }
     if iface:
         env["HOROVOD_GLOO_IFACE"] = iface
+    if secret:
+        from horovodlite.runner.secret import SECRET_ENV
+        env[SECRET_ENV] = secret
     return env
 
 
@@ -100,7 +104,7 @@ def strip_inherited(environ):
         if k.startswith(_STRIP_PREFIXES):
             continue
         if k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
-                 "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"):
+                 "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVODLITE_SECRET_KEY", "HOROVOD_SECRET_KEY"):
             continue
         out[k] = v
     return out

@@ -22,7 +22,9 @@ import threading
 import time
 
 from horovodlite.runner import worker_env
+from horovodlite.runner.gloo_run import bind_address
 from horovodlite.runner.rendezvous import RendezvousClient, RendezvousServer
+from horovodlite.runner.secret import AuthError, make_secret
 
 SCOPE = "spark"
 DEFAULT_START_TIMEOUT_S = 600  # Horovod's HOROVOD_SPARK_START_TIMEOUT default
@@ -58,14 +60,16 @@ def _log(verbose, level, msg):
 # ---------------------------------------------------------------- task side
 
 
-def _make_task(addr, port, start_timeout, user_env, executable, verbose):
-    """The function each Spark task runs (pickled by Spark: no closure over the driver's objects)."""
+def _make_task(addr, port, start_timeout, user_env, executable, verbose, secret):
+    """The function each Spark task runs (pickled by Spark: no closure over the
+    driver's objects). The job's secret travels in it, as Horovod's does: Spark
+    ships it to the executors over its own channel, never on a command line."""
 
     def task(iterator):
         from pyspark import TaskContext
         ctx = TaskContext.get()
         index = ctx.partitionId()
-        client = RendezvousClient(addr, port, timeout=30)
+        client = RendezvousClient(addr, port, timeout=30, secret=secret)
         stage_attempt = getattr(ctx, "stageAttemptNumber", lambda: 0)()
         if ctx.attemptNumber() > 0 or stage_attempt > 0:
             # A retried task or stage would join a world that has already started.
@@ -88,7 +92,7 @@ def _make_task(addr, port, start_timeout, user_env, executable, verbose):
         slot = worker_env.SlotInfo.from_dict(json.loads(assigned))
         env = worker_env.strip_inherited(os.environ)
         env.update(worker_env.gloo_env(slot, addr, port, timeout_s=int(user_env.pop("__gloo_timeout", 30)),
-                                       iface=user_env.pop("__iface", None)))
+                                       iface=user_env.pop("__iface", None), secret=secret))
         env.update(user_env)
         env.update({"HVL_ENGINE_KV_ADDR": addr, "HVL_ENGINE_KV_PORT": str(port),
                     "HVL_ENGINE_KV_SCOPE": SCOPE, "HVL_ENGINE_PARENT_PID": str(os.getpid()),
@@ -284,15 +288,16 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
         user_env["__iface"] = sorted(nics)[0]
 
     addr = _driver_host(sc, nics)
-    server = RendezvousServer(bind_host="127.0.0.1" if addr.startswith("127.") else "0.0.0.0", port=0)
+    secret = make_secret()
+    server = RendezvousServer(bind_host=bind_address(addr), port=0, secret=secret)
     port = server.start()
     job_group = "horovodlite.spark.run.%d.%d" % (os.getpid(), next(_job_ids))
     outcome = {}
     thread = None
     try:
-        server.put(SCOPE, "fn", _cloudpickle().dumps((fn, tuple(args), kwargs)))
+        server.put(SCOPE, "fn", server.seal(SCOPE + "/fn", _cloudpickle().dumps((fn, tuple(args), kwargs))))
         _log(verbose, 1, "running %d processes (rendezvous %s:%d)" % (num_proc, addr, port))
-        task = _make_task(addr, port, start_timeout, user_env, executable, verbose)
+        task = _make_task(addr, port, start_timeout, user_env, executable, verbose, secret)
 
         def spark_job():
             try:
@@ -383,6 +388,19 @@ def _wait_for_ranks(server, num_proc, thread, output):
         time.sleep(_POLL_S)
 
 
+def _result_record(server, rank):
+    """Rank `rank`'s result record once its seal checks (None when there is
+    none); a record not sealed with this job's secret is refused, never unpickled."""
+    record = server.get(SCOPE, "result/%d" % rank)
+    if record is None:
+        return None
+    try:
+        return server.unseal("%s/result/%d" % (SCOPE, rank), record)
+    except AuthError as e:
+        raise SparkJobError("horovodlite.spark.run: the result of rank %d was refused, not unpickled: %s" % (
+            rank, e), ranks=[rank]) from None
+
+
 def _results(server, num_proc, outcome):
     cloudpickle = _cloudpickle()
     failed = _failed_ranks(server)
@@ -390,7 +408,7 @@ def _results(server, num_proc, outcome):
     rank_task = {t[1]: t[0] for t in tasks.values()}
     if failed:
         first = failed[0]
-        record = server.get(SCOPE, "result/%d" % first)
+        record = _result_record(server, first)
         tb = server.get(SCOPE, "failed/%d" % first).decode(errors="replace")
         cause = None
         if record is not None:
@@ -412,7 +430,7 @@ def _results(server, num_proc, outcome):
             from outcome["error"]
     results = []
     for rank in range(num_proc):
-        record = server.get(SCOPE, "result/%d" % rank)
+        record = _result_record(server, rank)
         if record is None:
             task = rank_task.get(rank)
             how = tasks[task][2] if task is not None else "no task ran it"

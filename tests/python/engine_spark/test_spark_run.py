@@ -112,3 +112,37 @@ def test_mpi_refused(spark):
         horovodlite.spark.run(et.identity, num_proc=2, use_mpi=True)
     with pytest.raises(ValueError, match="Gloo"):
         horovodlite.spark.run(et.identity, num_proc=2, extra_mpi_args="-x FOO")
+
+
+class _Opens:
+    """Unpickling this creates the file: the proof that a record was loaded."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_unsigned_records_are_refused_and_never_unpickled(spark, tmp_path):
+    import pickle
+    marker = tmp_path / "unpickled"
+
+    def _knock(payload):
+        # Rank 0 plays someone on the network who knows the store's address but not
+        # the job's secret: unsigned PUTs of a pickle where the driver and the ranks
+        # look for results and fn.
+        import http.client
+        statuses = []
+        if os.environ["HOROVOD_RANK"] == "0":
+            for path in ("/spark/result/0", "/spark/result/1", "/spark/fn", "/spark/failed/1"):
+                conn = http.client.HTTPConnection(os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+                                                  int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]), timeout=10)
+                conn.request("PUT", path, body=payload)
+                statuses.append(conn.getresponse().status)
+                conn.close()
+        return int(os.environ["HOROVOD_RANK"]), statuses
+
+    results = horovodlite.spark.run(_knock, args=(pickle.dumps(_Opens(str(marker))),), num_proc=2, verbose=0)
+    assert results == [(0, [401, 401, 401, 401]), (1, [])], results
+    assert not marker.exists()

@@ -33,7 +33,7 @@ def _gloo_probe():
     with RendezvousServer(bind_host="127.0.0.1") as server:
         env = worker_env.strip_inherited(os.environ)
         env.update(worker_env.gloo_env(worker_env.assign_ranks(["localhost"])[0], "127.0.0.1", server.port,
-                                       timeout_s=20))
+                                       timeout_s=20, secret=server.secret))
         code = ("import horovodlite.torch as hvd; hvd.init(); "
                 "print('GLOO', hvd.gloo_enabled(), hvd.mpi_enabled(), hvd.size()); hvd.shutdown()")
         try:

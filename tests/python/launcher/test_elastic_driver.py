@@ -533,7 +533,8 @@ def test_elastic_worker_killed_with_sigkill(tmp_path):
                 env[key] = value
         killed = time.time()
         os.kill(victim["pid"], 9)
-        kv = RendezvousClient(env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], env["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+        kv = RendezvousClient(env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], env["HOROVOD_GLOO_RENDEZVOUS_PORT"],
+                              secret=env["HOROVODLITE_SECRET_KEY"])
         kv.put("sim", "failed.1", "killed")
         out, _ = proc.communicate(timeout=120)
     finally:

@@ -35,6 +35,9 @@ kind, _, rest = action.partition(":")
 hvd.init()
 state = hvd.elastic.ObjectState(step=0, value=0.0)
 me = os.environ["HOROVOD_HOSTNAME"]
+if hvd.rank() == 0:
+    with open(os.path.join(outdir, "rendezvous"), "w") as f:
+        f.write("%s:%s" % (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]))
 
 @hvd.elastic.run
 def train(state):
@@ -146,6 +149,78 @@ def test_host_link_down(testbed, tmp_path):
         assert _final(tmp_path, "%s-h%d" % (testbed, h)) == expected, out.stdout[-4000:]
     gap = max(b["t"] - a["t"] for a, b in zip(log, log[1:]))
     print("link down: longest gap between commits %.2f s (watchdog 5 s)" % gap)
+
+
+# Someone on another host of the same network, who knows the job's port but not
+# its secret: every endpoint, plain and signed with a guessed secret, several
+# times while the job trains. Writes each answer's status to a JSON file.
+OUTSIDER = r"""
+import http.client, json, re, secrets, sys, time
+sys.path.insert(0, sys.argv[4])
+from horovodlite.runner import secret as auth
+from horovodlite.runner.rendezvous import signed_request
+addr, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+hosts = sys.argv[5:]
+paths = ["/global/rank_0", "/global.1/rank_0", "/global.1/0", "/global.1/1", "/spark/fn", "/", "/x"]
+paths += ["/rendezvous/hosts_updated"] + ["/rendezvous/rank_and_size/%s:0" % h for h in hosts]
+answers = []
+guess = auth.Signer(auth.parse_secret(secrets.token_hex(32)))
+for _ in range(3):
+    for path in paths:
+        for method, body in (("GET", None), ("PUT", b"198.18.0.66:6666"), ("POST", b"x"), ("DELETE", None),
+                             ("HEAD", None)):
+            conn = http.client.HTTPConnection(addr, port, timeout=10)
+            try:
+                conn.request(method, path, body=body)
+                resp = conn.getresponse()
+                resp.read()
+                answers.append([method, path, "plain", resp.status])
+            except OSError as e:
+                answers.append([method, path, "plain", str(e)])
+            finally:
+                conn.close()
+            try:
+                answers.append([method, path, "guessed", signed_request(addr, port, guess, method, path, body, 10)[0]])
+            except auth.AuthError as e:
+                # Refused (401), or an answer the client would not believe: its status.
+                status = re.search(r"status (\d+)", str(e))
+                answers.append([method, path, "guessed", int(status.group(1)) if status else
+                                "AuthError" if "refused" in str(e) else str(e)])
+    time.sleep(0.5)
+json.dump(answers, open(out, "w"))
+"""
+
+
+def test_an_outsider_is_refused_on_every_endpoint_while_the_job_trains(testbed, tmp_path):
+    h1, h2, h3 = ("%s-h%d" % (testbed, i) for i in (1, 2, 3))
+    (tmp_path / "outsider.py").write_text(OUTSIDER)
+    answers_file = tmp_path / "answers.json"
+    python_dir = os.path.dirname(os.path.dirname(os.path.abspath(__import__("horovodlite").__file__)))
+
+    def attack():
+        addr, port = (tmp_path / "rendezvous").read_text().split(":")
+        subprocess.run(["ip", "netns", "exec", h3, sys.executable, str(tmp_path / "outsider.py"), addr, port,
+                        str(answers_file), python_dir, h1, h2], check=True, timeout=120, env=clean_env())
+
+    out, log = _elastic(testbed, tmp_path, [1, 2], "none", steps=80, extra=["--log-level", "DEBUG"],
+                        at_step=(3, attack))
+    assert out.returncode == 0, out.stdout[-4000:]
+    answers = json.loads(answers_file.read_text())
+    assert len(answers) == 3 * 10 * 5 * 2
+    # No 2xx anywhere: 401 for every request the store reads, 501 for a method it has no handler for.
+    wrong = [a for a in answers if a[3] not in ((501 if a[0] == "HEAD" else 401), "AuthError")]
+    assert not wrong, wrong
+    # The job went on: every step committed at its size, every worker's value what they imply.
+    last, expected = _committed(log, 80)
+    assert set(last.values()) == {2}, last
+    for h in (h1, h2):
+        assert _final(tmp_path, h) == expected, out.stdout[-4000:]
+    # Logged once, at warning level, with the outsider's address.
+    refusals = [line for line in out.stdout.splitlines() if "rendezvous store: refused" in line]
+    assert len(refusals) == 1, refusals
+    outsider_addr = subprocess.run(["ip", "netns", "exec", h3, "ip", "-4", "-o", "addr", "show", "eth0"],
+                                   stdout=subprocess.PIPE, text=True, check=True).stdout.split()[3].split("/")[0]
+    assert "from %s" % outsider_addr in refusals[0] and "WARNING" in refusals[0].upper(), refusals
 
 
 # An elastic script as Horovod's integration scripts are written: it reads

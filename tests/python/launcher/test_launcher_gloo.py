@@ -55,6 +55,7 @@ while [ $# -gt 0 ]; do
 done
 host="$1"; shift
 echo "$host" >> "%s"
+echo "$*" >> "%s.argv"
 [ "$1" = true ] && exit 0
 exec sh -c "$*"
 """
@@ -101,7 +102,7 @@ def _wait_gone(pids, timeout):
 def _fake_agent(tmp_path):
     log = tmp_path / "agent.log"
     agent = tmp_path / "agent.sh"
-    agent.write_text(FAKE_AGENT % log)
+    agent.write_text(FAKE_AGENT % (log, log))
     agent.chmod(0o755)
     return agent, log
 
@@ -153,6 +154,8 @@ def test_slot_environment_is_the_contract():
     }
     env = gloo_run.slot_environment(slot, "a", 1)
     assert "HOROVOD_GLOO_IFACE" not in env and env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "30"
+    assert "HOROVODLITE_SECRET_KEY" not in env
+    assert gloo_run.slot_environment(slot, "a", 1, secret="ab" * 32)["HOROVODLITE_SECRET_KEY"] == "ab" * 32
 
 
 def test_rendezvous_address():
@@ -163,13 +166,33 @@ def test_rendezvous_address():
 
 
 def test_remote_command_quotes_everything():
-    argv = gloo_run.remote_command(["ssh"], ["-p", "2222"], "h1", {"A": "x y", "B": "$HOME"},
+    secret = "5e" * 32
+    env = {"A": "x y", "B": "$HOME", "HOROVODLITE_SECRET_KEY": secret}
+    argv = gloo_run.remote_command(["ssh"], ["-p", "2222"], "h1", env,
                                    ["python3", "t.py", "a b"], cwd="/tmp/my dir", python="/usr/bin/python3")
     assert argv[0] == "ssh" and "BatchMode=yes" in argv and argv[-2] == "h1"
     assert argv[argv.index("-p") + 1] == "2222"
     remote = argv[-1]
+    # The secret is not on the command line (ps shows it to anyone): task.py
+    # reads it from stdin.
     assert remote == ("cd '/tmp/my dir' >/dev/null 2>&1 ; exec env 'A=x y' 'B=$HOME' "
-                      "/usr/bin/python3 -m horovodlite.runner.task -- python3 t.py 'a b'")
+                      "/usr/bin/python3 -m horovodlite.runner.task --env-from-stdin -- python3 t.py 'a b'")
+    assert all(secret not in a for a in argv)
+    assert gloo_run.private_stdin(env) == ("HOROVODLITE_SECRET_KEY=%s\n\n" % secret).encode()
+
+
+def test_task_takes_the_private_environment_from_stdin(tmp_path):
+    """runner/task.py --env-from-stdin: the lines up to an empty one become the
+    command's environment; what follows is the launcher's end-of-file watch."""
+    out = tmp_path / "seen"
+    code = "import os; open(%r, 'w').write(os.environ.get('HOROVODLITE_SECRET_KEY', 'none'))" % str(out)
+    proc = subprocess.Popen([sys.executable, "-m", "horovodlite.runner.task", "--env-from-stdin", "--",
+                             sys.executable, "-c", code], stdin=subprocess.PIPE, env=clean_env())
+    proc.stdin.write(b"HOROVODLITE_SECRET_KEY=" + b"ab" * 32 + b"\n\n")
+    proc.stdin.flush()
+    assert proc.wait(timeout=60) == 0
+    proc.stdin.close()
+    assert out.read_text() == "ab" * 32
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -269,6 +292,10 @@ def test_remote_ranks_through_the_launch_agent(tmp_path):
     assert all(r["env"]["HOROVODLITE_FROM_CALLER"] == "y" for r in reports)
     assert all(r["cwd"] == os.getcwd() for r in reports)
     assert all(r["seen"] == ["value-0", "value-1", "value-2"] for r in reports)
+    # One secret per job, to every rank, never on the agent's command line.
+    secrets = {r["env"]["HOROVODLITE_SECRET_KEY"] for r in reports}
+    assert len(secrets) == 1 and len(secrets.pop()) == 64
+    assert reports[0]["env"]["HOROVODLITE_SECRET_KEY"] not in (tmp_path / "agent.log.argv").read_text()
     # Reachability probes, then one launch per rank.
     hosts = log.read_text().split()
     assert sorted(hosts) == ["fakehost-a", "fakehost-a", "fakehost-a", "fakehost-b", "fakehost-b"]

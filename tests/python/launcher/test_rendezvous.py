@@ -1,12 +1,14 @@
 """The rendezvous KV store (horovodlite.runner.rendezvous): the Gloo-launch
-contract's PUT/GET/DELETE protocol, scopes, reset, concurrency."""
+contract's PUT/GET/DELETE protocol, scopes, reset, concurrency, for the job's
+signed requests (test_control_plane_auth.py: everyone else's)."""
 
 import http.client
 import os
 import threading
 
 import pytest
-from horovodlite.runner.rendezvous import RendezvousClient, RendezvousServer, split_path
+from horovodlite.runner import secret as auth
+from horovodlite.runner.rendezvous import RendezvousClient, RendezvousServer, signed_request, split_path
 
 
 @pytest.fixture
@@ -18,14 +20,13 @@ def server():
     s.stop()
 
 
-def raw(server, method, path, body=None, headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+def raw(server, method, path, body=None):
+    """One request signed with the server's secret, its reply checked."""
+    return signed_request("127.0.0.1", server.port, auth.Signer(server.key), method, path, body, timeout=10)
+
+
+def client_of(server):
+    return RendezvousClient("127.0.0.1", server.port, timeout=10, secret=server.secret)
 
 
 def test_get_is_404_until_set_then_200(server):
@@ -86,15 +87,20 @@ def test_bad_paths_are_400(server):
 
 def test_keep_alive_connection_serves_many_requests(server):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    signer = auth.Signer(server.key)
+
+    def request(method, path, body=None):
+        header, mac = signer.sign(method, path, body or b"")
+        conn.request(method, path, body=body, headers={auth.AUTH_HEADER: header})
+        resp = conn.getresponse()
+        data = resp.read()
+        signer.check_reply(mac, resp.status, resp.getheader(auth.AUTH_HEADER), data)
+        return resp.status, data
+
     try:
         for i in range(50):
-            conn.request("PUT", "/global/k%d" % i, body=b"%d" % i)
-            resp = conn.getresponse()
-            assert resp.status == 200
-            resp.read()
-            conn.request("GET", "/global/k%d" % i)
-            resp = conn.getresponse()
-            assert (resp.status, resp.read()) == (200, b"%d" % i)
+            assert request("PUT", "/global/k%d" % i, b"%d" % i)[0] == 200
+            assert request("GET", "/global/k%d" % i) == (200, b"%d" % i)
     finally:
         conn.close()
 
@@ -109,7 +115,7 @@ def test_concurrent_clients_full_exchange(server):
 
     def rank(r):
         try:
-            client = RendezvousClient("127.0.0.1", server.port, timeout=10)
+            client = client_of(server)
             start.wait()
             client.put("global", "rank_%d" % r, b"addr-%d" % r)
             seen = [client.wait("global", "rank_%d" % p, timeout=20) for p in range(n)]
@@ -129,13 +135,13 @@ def test_concurrent_clients_full_exchange(server):
 
 
 def test_client_wait_times_out_naming_key_and_address(server):
-    client = RendezvousClient("127.0.0.1", server.port)
+    client = client_of(server)
     with pytest.raises(TimeoutError, match=r"/global/missing .*127\.0\.0\.1:%d" % server.port):
         client.wait("global", "missing", timeout=0.3)
 
 
 def test_client_put_get_delete(server):
-    client = RendezvousClient("127.0.0.1", server.port)
+    client = client_of(server)
     assert client.get("s", "k") is None
     client.put("s", "k", "text")
     assert client.get("s", "k") == b"text"

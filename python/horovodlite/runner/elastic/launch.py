@@ -14,6 +14,7 @@ from horovodlite.runner import hosts as hosts_util
 from horovodlite.runner.elastic.discovery import FixedHosts, HostDiscoveryScript, HostManager
 from horovodlite.runner.elastic.driver import ElasticDriver, JobEnded
 from horovodlite.runner.rendezvous import RendezvousServer
+from horovodlite.runner.secret import make_secret
 
 _LEVELS = {"TRACE": 0, "DEBUG": 1, "INFO": 2, "WARNING": 3, "ERROR": 4, "FATAL": 5}
 
@@ -53,7 +54,7 @@ def launch_elastic(command, discovery, np, min_np, max_np, job_env, *, timeout_s
             print("horovodlite-run: %s%s" % (prefix, message), file=sys.stderr, flush=True)
 
     manager = HostManager(discovery, cooldown_range)
-    server = RendezvousServer(bind_host="0.0.0.0", port=0)
+    secret = make_secret()
     # Local ranks die with the thread that started them (PR_SET_PDEATHSIG): all
     # are started from this one long-lived thread.
     spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hvl-spawn")
@@ -62,7 +63,7 @@ def launch_elastic(command, discovery, np, min_np, max_np, job_env, *, timeout_s
 
     def start_worker(slot, generation, extra_env):
         rank_env = dict(job_env)
-        rank_env.update(gloo_run.slot_environment(slot, state["addr"], state["port"], iface, gloo_timeout_s))
+        rank_env.update(gloo_run.slot_environment(slot, state["addr"], state["port"], iface, gloo_timeout_s, secret))
         rank_env.update(extra_env)
         remote = not is_local(slot.hostname)
         if remote:
@@ -70,15 +71,17 @@ def launch_elastic(command, discovery, np, min_np, max_np, job_env, *, timeout_s
                 raise JobEnded("no launch agent (ssh) to reach %s" % slot.hostname)
             env = gloo_run.forwarded_environment()
             env.update(rank_env)
+            stdin_data = gloo_run.private_stdin(env)
             argv, env = gloo_run.remote_command(agent, ssh_args, slot.hostname, env, command), None
         else:
             env = dict(os.environ)
             env.update(rank_env)
             argv = list(command)
+            stdin_data = None
         handle = _ElasticWorker(slot, argv, env, remote)
 
         try:
-            handle.worker = spawner.submit(gloo_run.Worker, slot, argv, env, remote).result()
+            handle.worker = spawner.submit(gloo_run.Worker, slot, argv, env, remote, None, stdin_data).result()
             log("debug", "started worker %s[%d] (rank %d of %d, generation %d, pid %d)" % (
                 slot.hostname, slot.local_rank, slot.rank, slot.size, generation, handle.worker.pid))
         except OSError as e:
@@ -95,6 +98,15 @@ def launch_elastic(command, discovery, np, min_np, max_np, job_env, *, timeout_s
         thread.start()
         return handle
 
+    try:
+        manager_hosts = first_hosts or list(discovery.find_available_hosts_and_slots().items())
+    except Exception:  # noqa: BLE001 - driver.start reports it
+        manager_hosts = []
+    # Workers reach the store at this address (hosts discovered later too), so
+    # it listens there and nowhere else.
+    state["addr"] = gloo_run.rendezvous_address(manager_hosts or [("localhost", 1)], iface, is_local)
+    server = RendezvousServer(bind_host=gloo_run.bind_address(state["addr"]), port=0, secret=secret,
+                              log=lambda message: log("warning", message.partition("warning: ")[2] or message))
     driver = ElasticDriver(manager, min_np, max_np, start_worker, timeout_s=timeout_s, reset_limit=reset_limit,
                            rendezvous=server, log=log, discovery_interval_s=discovery_interval_s)
     server.get_hook = driver.http_get_hook
@@ -103,11 +115,6 @@ def launch_elastic(command, discovery, np, min_np, max_np, job_env, *, timeout_s
         previous[sig] = signal.signal(sig, gloo_run._raise_interrupt)
     try:
         state["port"] = server.start()
-        try:
-            manager_hosts = first_hosts or list(discovery.find_available_hosts_and_slots().items())
-        except Exception:  # noqa: BLE001 - driver.start reports it
-            manager_hosts = []
-        state["addr"] = gloo_run.rendezvous_address(manager_hosts or [("localhost", 1)], iface, is_local)
         log("debug", "rendezvous at %s:%d; discovery: %s" % (state["addr"], state["port"], discovery))
         try:
             driver.start(np)
