@@ -135,14 +135,18 @@ def parse_auth_header(value):
         raise AuthError("malformed %s header" % AUTH_HEADER)
     _, client, counter, stamp, digest, mac = parts
     if not (len(client) == 16 and _is_hex(client) and len(digest) == 64 and _is_hex(digest)
-            and len(mac) == 64 and _is_hex(mac) and counter.isdigit() and stamp.isdigit()
-            and len(counter) <= 19 and len(stamp) <= 12):
+            and len(mac) == 64 and _is_hex(mac) and _is_decimal(counter, 19) and _is_decimal(stamp, 12)):
         raise AuthError("malformed %s header" % AUTH_HEADER)
     return ParsedAuth(client, int(counter), int(stamp), digest, mac)
 
 
 def _is_hex(s):
     return all(c in "0123456789abcdef" for c in s)
+
+
+def _is_decimal(s, most):
+    # ASCII digits only: str.isdigit() also takes "³", which int() refuses.
+    return 0 < len(s) <= most and all(c in "0123456789" for c in s)
 
 
 class Verifier:

@@ -466,3 +466,15 @@ def test_bind_address_is_the_jobs_interface(monkeypatch):
     assert gloo_run.bind_address("198.18.0.1") == "198.18.0.1"
     monkeypatch.setenv("HOROVODLITE_RENDEZVOUS_BIND", "0.0.0.0")
     assert gloo_run.bind_address("198.18.0.1") == "0.0.0.0"
+
+
+def test_malformed_signature_headers_are_refused_not_crashed(logged):
+    server, _ = logged
+    good, _ = auth.Signer(server.key).sign("GET", "/global/rank_0", b"")
+    parts = good.split()
+    for bad in ["", "v1", "v2 " + " ".join(parts[1:]), " ".join(parts[:2] + ["\u00b3"] + parts[3:]),
+                " ".join(parts[:3] + ["1" * 40] + parts[4:]), " ".join(parts[:5] + ["G" * 64]), good + " extra"]:
+        request = ("GET /global/rank_0 HTTP/1.1\r\n%s: %s\r\nConnection: close\r\n\r\n" % (
+            auth.AUTH_HEADER, bad)).encode("latin-1")  # as http.server decodes heads
+        assert _status(_send_raw(server.port, request)) == 401, bad
+    assert server.refused == 7
