@@ -15,7 +15,6 @@ pair, twice:
 """
 
 import os
-import re
 import socket
 import sys
 import threading
