@@ -173,10 +173,14 @@ Status HttpStoreClient::request(const char* method, const std::string& key, cons
 
 Status HttpStoreClient::set(const std::string& key, const std::vector<char>& value) {
   int code = 0;
-  HVL_RETURN_IF_ERROR(request("PUT", key, &value, &code, nullptr));
+  std::vector<char> reply;
+  HVL_RETURN_IF_ERROR(request("PUT", key, &value, &code, &reply));
   if (code != 200) {
+    // The store says why (413: the value's size, 507: the store is full).
+    std::string why(reply.begin(), reply.begin() + std::min<size_t>(reply.size(), 300));
+    while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
     return Status::Internal("rendezvous store at " + address() + ": PUT /" + scope_ + "/" + key + " answered " +
-                            std::to_string(code));
+                            std::to_string(code) + (why.empty() ? "" : ": " + why));
   }
   return Status::OK();
 }
