@@ -24,6 +24,7 @@ import threading
 
 from horovodlite.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from horovodlite.runner.elastic.discovery import HostUpdateResult
+from horovodlite.runner.store_client import RendezvousClient
 
 POLL_INTERVAL_S = 1.0
 # How long a worker waits for the next world to form (the driver ends the job
@@ -48,7 +49,6 @@ _clients_lock = threading.Lock()
 def _client(timeout):
     """A signed client of the launcher's store (the job's secret from the
     environment), one per timeout."""
-    from horovodlite.runner.rendezvous import RendezvousClient
     addr, port = _rendezvous_address()
     with _clients_lock:
         key = (addr, port, timeout)

@@ -47,7 +47,7 @@ def _shutdown_horovodlite():
 
 def main():
     _die_with_parent()
-    from horovodlite.runner.rendezvous import RendezvousClient
+    from horovodlite.runner.store_client import RendezvousClient
     cloudpickle = _pickler()
     client = RendezvousClient(os.environ["HVL_ENGINE_KV_ADDR"], os.environ["HVL_ENGINE_KV_PORT"])
     scope = os.environ["HVL_ENGINE_KV_SCOPE"]

@@ -25,6 +25,7 @@ The C++ client (horovodlite/src/transport/auth.cc) computes the same macs.
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import threading
 import time
@@ -74,21 +75,37 @@ def secret_from_env(environ=None):
     return None
 
 
-def _mac(key, *fields):
-    return hmac.new(key, b"\n".join(f if isinstance(f, bytes) else str(f).encode() for f in fields),
-                    hashlib.sha256).hexdigest()
+_keyed = {}
+
+
+def _mac(key, text):
+    # A copy of an HMAC already keyed: no digest lookup and key set-up per
+    # message (OpenSSL 3 fetches the digest by name on every one-shot call).
+    base = _keyed.get(key)
+    if base is None:
+        base = _keyed.setdefault(key, hmac.new(key, digestmod=hashlib.sha256))
+    h = base.copy()
+    h.update(text.encode())
+    return h.hexdigest()
+
+
+_EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
 
 
 def body_digest(body):
-    return hashlib.sha256(body or b"").hexdigest()
+    return hashlib.sha256(body).hexdigest() if body else _EMPTY_DIGEST
 
 
 def request_mac(key, method, path, client, counter, stamp, length, digest):
-    return _mac(key, b"hvl1-req", method, path, client, counter, stamp, length, digest)
+    return _mac(key, "hvl1-req\n%s\n%s\n%s\n%d\n%d\n%d\n%s" % (method, path, client, counter, stamp, length, digest))
 
 
 def reply_mac(key, req_mac, status, digest):
-    return _mac(key, b"hvl1-rep", req_mac, status, digest)
+    return _mac(key, "hvl1-rep\n%s\n%d\n%s" % (req_mac, status, digest))
+
+
+def _record_mac(key, name, payload):
+    return _mac(key, "hvl1-rec\n%s\n%s" % (name, body_digest(payload))).encode()
 
 
 class Signer:
@@ -126,27 +143,20 @@ class ParsedAuth:
         self.client, self.counter, self.stamp, self.digest, self.mac = client, counter, stamp, digest, mac
 
 
+# "v1 <client: 16 hex> <counter> <time> <sha256: 64 hex> <mac: 64 hex>"; ASCII
+# digits only ("\u00b3" passes str.isdigit, not int()).
+_AUTH_RE = re.compile(r"v1 ([0-9a-f]{16}) ([0-9]{1,19}) ([0-9]{1,12}) ([0-9a-f]{64}) ([0-9a-f]{64})")
+
+
 def parse_auth_header(value):
     """ParsedAuth, or raises AuthError saying what is wrong with the header."""
     if not value:
         raise AuthError("no %s header" % AUTH_HEADER)
-    parts = value.split()
-    if len(parts) != 6 or parts[0] != "v1":
+    m = _AUTH_RE.fullmatch(value.strip())
+    if m is None:
         raise AuthError("malformed %s header" % AUTH_HEADER)
-    _, client, counter, stamp, digest, mac = parts
-    if not (len(client) == 16 and _is_hex(client) and len(digest) == 64 and _is_hex(digest)
-            and len(mac) == 64 and _is_hex(mac) and _is_decimal(counter, 19) and _is_decimal(stamp, 12)):
-        raise AuthError("malformed %s header" % AUTH_HEADER)
+    client, counter, stamp, digest, mac = m.groups()
     return ParsedAuth(client, int(counter), int(stamp), digest, mac)
-
-
-def _is_hex(s):
-    return all(c in "0123456789abcdef" for c in s)
-
-
-def _is_decimal(s, most):
-    # ASCII digits only: str.isdigit() also takes "³", which int() refuses.
-    return 0 < len(s) <= most and all(c in "0123456789" for c in s)
 
 
 class Verifier:
@@ -220,7 +230,7 @@ class Verifier:
 def seal(key, name, payload):
     """`payload` (bytes) with a mac bound to `name` (the store key it travels
     under): b"hvl1:" + mac + b":" + payload."""
-    return b"hvl1:" + _mac(key, b"hvl1-rec", name, body_digest(payload)).encode() + b":" + payload
+    return b"hvl1:" + _record_mac(key, name, payload) + b":" + payload
 
 
 def unseal(key, name, record):
@@ -230,6 +240,6 @@ def unseal(key, name, record):
             or record[69:70] != b":":
         raise AuthError("the record %s is not sealed" % name)
     mac, payload = bytes(record[5:69]), bytes(record[70:])
-    if not hmac.compare_digest(mac, _mac(key, b"hvl1-rec", name, body_digest(payload)).encode()):
+    if not hmac.compare_digest(mac, _record_mac(key, name, payload)):
         raise AuthError("the record %s is not sealed with this job's secret" % name)
     return payload
