@@ -27,33 +27,31 @@ mkdir -p "$OUT/corpus"
   -I"$ROOT/horovodlite/include" -I"$ROOT/horovodlite/src" \
   "$ROOT/fuzz/fuzz_messages.cc" "$ROOT/horovodlite/src/message.cc" "$ROOT/horovodlite/src/common.cc" \
   -o "$OUT/fuzz_messages"
-# New inputs go to $OUT/corpus (the checked-in seeds stay read-only).
-# -rss_limit_mb / -malloc_limit_mb: an allocation driven by a corrupt count fails the run.
+# fuzz NAME COMMAND...: runs a libFuzzer-style target over $OUT/corpus_NAME (new
+# inputs; the checked-in seeds stay read-only) and the seeds given in COMMAND,
+# printing libFuzzer's summary lines; a finding fails the script.
+fuzz() {
+  local name=$1 status
+  shift
+  # Not `|| true`: under pipefail that would run and reset PIPESTATUS, hiding a finding.
+  set +e
+  "$@" -max_total_time="$SECONDS_TO_RUN" -max_len=4096 -print_final_stats=1 2>&1 | tee "$OUT/$name.log" |
+    grep -E "^#[0-9]+ +(INITED|DONE)|stat::|ERROR|SUMMARY|Uncaught|AssertionError"
+  status=${PIPESTATUS[0]}
+  set -e
+  if [ "$status" -ne 0 ]; then
+    echo "$name failed (exit $status); see $OUT/$name.log and the crash-* / oom-* files in $OUT" >&2
+    exit "$status"
+  fi
+  echo "$name: no findings in ${SECONDS_TO_RUN} s"
+}
 cd "$OUT"
-# Not `|| true`: under pipefail that would run and reset PIPESTATUS, hiding a finding.
-set +e
-"$OUT/fuzz_messages" -max_total_time="$SECONDS_TO_RUN" -rss_limit_mb=512 -malloc_limit_mb=64 -max_len=4096 \
-  -print_final_stats=1 "$OUT/corpus" "$ROOT/fuzz/corpus" 2>&1 | tee "$OUT/fuzz.log" | grep -E "^#[0-9]+ +(INITED|DONE)|stat::|ERROR|SUMMARY"
-status=${PIPESTATUS[0]}
-set -e
-if [ "$status" -ne 0 ]; then
-  echo "fuzz_messages failed (exit $status); see $OUT/fuzz.log and the crash-* / oom-* files in $OUT" >&2
-  exit "$status"
-fi
-echo "fuzz_messages: no findings in ${SECONDS_TO_RUN} s"
+# -rss_limit_mb / -malloc_limit_mb: an allocation driven by a corrupt count fails the run.
+fuzz fuzz_messages "$OUT/fuzz_messages" -rss_limit_mb=512 -malloc_limit_mb=64 "$OUT/corpus" "$ROOT/fuzz/corpus"
 
 source "$ROOT/ci/env.sh"
 bash "$ROOT/ci/setup_venv.sh"
 "$HVL_PYTHON" -c "import atheris" 2>/dev/null || "$HVL_PYTHON" -m pip install -q atheris
 mkdir -p "$OUT/corpus_rendezvous"
-set +e
-"$HVL_PYTHON" "$ROOT/fuzz/fuzz_rendezvous.py" -max_total_time="$SECONDS_TO_RUN" -rss_limit_mb=1024 -max_len=4096 \
-  -print_final_stats=1 "$OUT/corpus_rendezvous" "$ROOT/fuzz/corpus_rendezvous" 2>&1 | tee "$OUT/fuzz_rendezvous.log" |
-  grep -E "^#[0-9]+ +(INITED|DONE)|stat::|ERROR|Uncaught|AssertionError"
-status=${PIPESTATUS[0]}
-set -e
-if [ "$status" -ne 0 ]; then
-  echo "fuzz_rendezvous failed (exit $status); see $OUT/fuzz_rendezvous.log and the crash-* files in $OUT" >&2
-  exit "$status"
-fi
-echo "fuzz_rendezvous: no findings in ${SECONDS_TO_RUN} s"
+fuzz fuzz_rendezvous "$HVL_PYTHON" "$ROOT/fuzz/fuzz_rendezvous.py" -rss_limit_mb=1024 "$OUT/corpus_rendezvous" \
+  "$ROOT/fuzz/corpus_rendezvous"
