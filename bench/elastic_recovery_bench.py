@@ -6,7 +6,7 @@ older checkout's python/ on PYTHONPATH gives its figures, for an A/B).
 
     python bench/elastic_recovery_bench.py --runs 5 --binary build/examples/elastic_train
     python bench/elastic_recovery_bench.py --runs 5 --python-worker
-    python bench/elastic_recovery_bench.py --store-requests 2000
+    python bench/elastic_recovery_bench.py --store-requests 2000 [--pin]
 
 Prints one JSON line per run and a summary line with the medians."""
 
@@ -73,24 +73,46 @@ def one_run(args, tmp):
     return {"wall_s": round(wall, 3), "rendezvous_s": round(log[0]["t"] - start, 3), "recovery_gap_s": round(gap, 3)}
 
 
-def store_requests(n):
+# The store in a process of its own, as the launcher's is: prints its port, then serves.
+STORE = r"""
+import inspect, sys, time
+from horovodlite.runner import rendezvous
+kwargs = {"secret": sys.argv[1]} if "secret" in inspect.signature(rendezvous.RendezvousServer).parameters else {}
+server = rendezvous.RendezvousServer(bind_host="127.0.0.1", port=0, **kwargs)
+print(server.start(), flush=True)
+sys.stdin.read()
+"""
+
+
+def store_requests(n, pin=False):
+    """Medians of n GETs (of a set key) and n PUTs against a store in another
+    process; pin: the store on CPU 0, this client on CPU 1 (the figures move
+    with where the scheduler puts the two otherwise)."""
     from horovodlite.runner import rendezvous
-    server = rendezvous.RendezvousServer(bind_host="127.0.0.1", port=0)
-    server.start()
-    kwargs = {}
-    if "secret" in inspect.signature(rendezvous.RendezvousClient).parameters:
-        kwargs["secret"] = server.secret
-    client = rendezvous.RendezvousClient("127.0.0.1", server.port, timeout=10, **kwargs)
-    value = b"198.18.0.1:12345" * 4
-    times = []
-    for i in range(n):
-        t = time.perf_counter()
-        client.put("global", "rank_%d" % (i % 8), value)
-        client.get("global", "rank_%d" % (i % 8))
-        times.append(time.perf_counter() - t)
-    server.stop()
-    return {"put_get_us_median": round(statistics.median(times) * 1e6, 1),
-            "put_get_us_p90": round(sorted(times)[int(0.9 * n)] * 1e6, 1)}
+    secret = "ab" * 32
+    store = subprocess.Popen([sys.executable, "-c", STORE, secret], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if pin else None)
+    if pin:
+        os.sched_setaffinity(0, {1})
+    try:
+        port = int(store.stdout.readline())
+        kwargs = {"secret": secret} if "secret" in inspect.signature(rendezvous.RendezvousClient).parameters else {}
+        client = rendezvous.RendezvousClient("127.0.0.1", port, timeout=10, **kwargs)
+        value = b"198.18.0.1:12345" * 4
+        client.put("global", "rank_0", value)
+        figures = {}
+        for name, call in (("get", lambda: client.get("global", "rank_0")),
+                           ("put", lambda: client.put("global", "rank_0", value))):
+            times = []
+            for _ in range(n):
+                t = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - t)
+            figures[name + "_us_median"] = round(statistics.median(times) * 1e6, 1)
+        return figures
+    finally:
+        store.stdin.close()
+        store.wait(10)
 
 
 def main():
@@ -99,10 +121,12 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--binary", help="the elastic_train example")
     p.add_argument("--python-worker", action="store_true", help="a Python worker instead of the C++ example")
-    p.add_argument("--store-requests", type=int, default=0, help="time this many PUT+GET pairs instead")
+    p.add_argument("--store-requests", type=int, default=0,
+                   help="time this many GETs and PUTs against a store in another process instead")
+    p.add_argument("--pin", action="store_true", help="with --store-requests: the store on CPU 0, the client on 1")
     args = p.parse_args()
     if args.store_requests:
-        print(json.dumps(store_requests(args.store_requests)))
+        print(json.dumps(store_requests(args.store_requests, args.pin)))
         return
     if not args.python_worker and not args.binary:
         p.error("give --binary or --python-worker")
