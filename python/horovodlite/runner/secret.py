@@ -22,6 +22,7 @@ Ray's actor call), never on a command line. With it:
 The C++ client (horovodlite/src/transport/auth.cc) computes the same macs.
 """
 
+import collections
 import hashlib
 import hmac
 import os
@@ -136,11 +137,7 @@ class Signer:
                 status, "" if header else " (it carries no %s header)" % AUTH_HEADER))
 
 
-class ParsedAuth:
-    __slots__ = ("client", "counter", "stamp", "digest", "mac")
-
-    def __init__(self, client, counter, stamp, digest, mac):
-        self.client, self.counter, self.stamp, self.digest, self.mac = client, counter, stamp, digest, mac
+ParsedAuth = collections.namedtuple("ParsedAuth", "client counter stamp digest mac")
 
 
 # "v1 <client: 16 hex> <counter> <time> <sha256: 64 hex> <mac: 64 hex>"; ASCII

@@ -12,6 +12,8 @@ import os
 import socket
 from collections import OrderedDict
 
+from horovodlite.runner.secret import SECRET_ENV, SECRET_ENV_NAMES
+
 DEFAULT_GLOO_TIMEOUT_S = 30
 
 
@@ -86,7 +88,6 @@ def gloo_env(slot, rendezvous_addr, rendezvous_port, timeout_s=None, iface=None,
     if iface:
         env["HOROVOD_GLOO_IFACE"] = iface
     if secret:
-        from horovodlite.runner.secret import SECRET_ENV
         env[SECRET_ENV] = secret
     return env
 
@@ -104,7 +105,7 @@ def strip_inherited(environ):
         if k.startswith(_STRIP_PREFIXES):
             continue
         if k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
-                 "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVODLITE_SECRET_KEY", "HOROVOD_SECRET_KEY"):
+                 "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE") or k in SECRET_ENV_NAMES:
             continue
         out[k] = v
     return out
