@@ -3,88 +3,34 @@ horovod/runner/gloo_run.py, our own code).
 
 The launcher serves the rendezvous KV store (runner/rendezvous.py), works out
 each rank's place (rank, local rank, cross rank) from the host list, and starts
-every rank with the Gloo-launch contract's environment (notes/contract-gloo.md):
+every rank with the Gloo-launch contract's environment (notes/contract-gloo.md;
+both built by runner/worker_env.py):
 local ranks as child processes, remote ranks through the launch agent (ssh, or
 the simulated-hosts agent) wrapped in runner/task.py, which ends the rank when
 the launcher goes away. When a rank fails the launcher names it, ends the others
 (SIGTERM, then SIGKILL after a grace period) and exits with that rank's code.
 """
 
-import collections
-import fcntl
 import os
 import queue
 import shlex
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
 
 from horovodlite.runner import hosts as hosts_util
-from horovodlite.runner.secret import SECRET_ENV, SECRET_ENV_NAMES, make_secret
+from horovodlite.runner import worker_env
+from horovodlite.runner.secret import SECRET_ENV_NAMES, make_secret
 
 # Seconds between SIGTERM and SIGKILL when the job is ended.
 TERMINATE_GRACE_S = 3.0
-DEFAULT_GLOO_TIMEOUT_S = 30
 
-SlotInfo = collections.namedtuple(
-    "SlotInfo", "hostname rank local_rank cross_rank size local_size cross_size")
-
-# Variables of the caller that reach remote ranks too (local ones inherit all).
-_FORWARDED = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
-_FORWARDED_PREFIXES = ("HOROVODLITE_", "HOROVOD_")
-
-
-def host_assignments(hosts, np):
-    """Ranks fill the hosts in order, each up to its slots (Horovod's
-    get_host_assignments). cross_rank is the host's index among the hosts that
-    have a rank with the same local rank; cross_size their number."""
-    total = sum(slots for _, slots in hosts)
-    if np > total:
-        raise ValueError("-np %d is more than the %d slots of the hosts given" % (np, total))
-    placed = []  # (host, local_rank)
-    local_sizes = collections.OrderedDict()
-    for name, slots in hosts:
-        take = min(slots, np - len(placed))
-        if take <= 0:
-            break
-        for local_rank in range(take):
-            placed.append((name, local_rank))
-        local_sizes[name] = take
-    host_order = list(local_sizes)
-    out = []
-    for rank, (name, local_rank) in enumerate(placed):
-        with_this_local_rank = [h for h in host_order if local_sizes[h] > local_rank]
-        out.append(SlotInfo(hostname=name, rank=rank, local_rank=local_rank,
-                            cross_rank=with_this_local_rank.index(name), size=np,
-                            local_size=local_sizes[name], cross_size=len(with_this_local_rank)))
-    return out
-
-
-def slot_environment(slot, rendezvous_addr, rendezvous_port, iface=None, timeout_s=None, secret=None):
-    """The contract's variables for one rank (with the job's secret when given)."""
-    env = {
-        "HOROVOD_HOSTNAME": slot.hostname,
-        "HOROVOD_RANK": str(slot.rank),
-        "HOROVOD_SIZE": str(slot.size),
-        "HOROVOD_LOCAL_RANK": str(slot.local_rank),
-        "HOROVOD_LOCAL_SIZE": str(slot.local_size),
-        "HOROVOD_CROSS_RANK": str(slot.cross_rank),
-        "HOROVOD_CROSS_SIZE": str(slot.cross_size),
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous_addr,
-        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
-        "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_CPU_OPERATIONS": "gloo",
-        "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(timeout_s if timeout_s is not None else DEFAULT_GLOO_TIMEOUT_S)),
-    }
-    if iface:
-        env["HOROVOD_GLOO_IFACE"] = iface
-    if secret:
-        env[SECRET_ENV] = secret
-    return env
+# ray/elastic.py's name for worker_env.gloo_env (it passes timeout_s and secret
+# by keyword): one function, until that module names it itself.
+slot_environment = worker_env.gloo_env
 
 
 def bind_address(addr):
@@ -94,19 +40,9 @@ def bind_address(addr):
     return os.environ.get("HOROVODLITE_RENDEZVOUS_BIND") or addr
 
 
-def interface_address(name):
-    """The IPv4 address of this machine's interface `name`, or None."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))  # SIOCGIFADDR
-            return socket.inet_ntoa(packed[20:24])
-    except OSError:
-        return None
-
-
 def _first_external_address():
     for _, name in socket.if_nameindex():
-        addr = interface_address(name)
+        addr = worker_env.interface_address(name)
         if addr and not addr.startswith("127."):
             return addr
     return None
@@ -118,7 +54,7 @@ def rendezvous_address(hosts, iface=None, is_local=hosts_util.is_local):
     this machine; else the source address of a route to the first remote host
     (no packet is sent), else this machine's first non-loopback address."""
     if iface:
-        addr = interface_address(iface)
+        addr = worker_env.interface_address(iface)
         if addr:
             return addr
     remote = [name for name, _ in hosts if not is_local(name)]
@@ -134,11 +70,6 @@ def rendezvous_address(hosts, iface=None, is_local=hosts_util.is_local):
     except OSError:
         pass
     return _first_external_address() or socket.gethostname()
-
-
-def forwarded_environment(environ=None):
-    environ = os.environ if environ is None else environ
-    return {k: v for k, v in environ.items() if k in _FORWARDED or k.startswith(_FORWARDED_PREFIXES)}
 
 
 def remote_command(agent, ssh_args, host, env, command, cwd=None, python=None):
@@ -302,7 +233,7 @@ def launch_gloo(command, hosts, np, job_env, *, iface=None, timeout_s=None, agen
     from horovodlite.runner.rendezvous import RendezvousServer
 
     log = log or (lambda msg: print("horovodlite-run: " + msg, file=sys.stderr, flush=True))
-    slots = host_assignments(hosts, np)
+    slots = worker_env.host_assignments(hosts, np)
     remote_hosts = sorted({s.hostname for s in slots if not is_local(s.hostname)})
     if remote_hosts and agent is None:
         raise RuntimeError("no launch agent to reach %s: install ssh" % ", ".join(remote_hosts))
@@ -321,16 +252,13 @@ def launch_gloo(command, hosts, np, job_env, *, iface=None, timeout_s=None, agen
         previous[sig] = signal.signal(sig, _raise_interrupt)
     try:
         for slot in slots:
-            rank_env = dict(job_env)
-            rank_env.update(slot_environment(slot, addr, port, iface, timeout_s, secret))
-            if slot.hostname in remote_hosts:
-                env = forwarded_environment()
-                env.update(rank_env)
+            remote = slot.hostname in remote_hosts
+            env = worker_env.rank_environment(remote, job_env, worker_env.gloo_env(
+                slot, addr, port, timeout_s=timeout_s, iface=iface, secret=secret))
+            if remote:
                 argv = remote_command(agent, ssh_args, slot.hostname, env, command)
                 group.start(slot, argv, None, True, output_dir, private_stdin(env))
             else:
-                env = dict(os.environ)
-                env.update(rank_env)
                 group.start(slot, list(command), env, False, output_dir)
             if verbose:
                 log("started rank %d on %s" % (slot.rank, slot.hostname))

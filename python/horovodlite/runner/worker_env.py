@@ -1,45 +1,40 @@
-"""Ranks and the Gloo-launch contract's environment for workers that an engine
-(Spark, Ray) starts: shared by horovodlite.spark and horovodlite.ray.
+"""A worker's place in the job and its environment: the one place every launcher
+builds them (horovodlite-run's Gloo and mpirun launchers, the elastic driver,
+horovodlite.spark and horovodlite.ray).
 
-The engine tells us where its workers are (one host name per worker, in the
-engine's own order: Spark's partition index, Ray's actor index); we give each
-worker its rank, local rank and cross rank the way horovodlite-run --gloo and
-Horovod's Gloo launcher do (ranks contiguous per host, hosts in order of their
-first worker), and the HOROVOD_* variables of notes/contract-gloo.md.
+Ranks are contiguous per host, hosts in order of their first worker (Horovod's
+Gloo launcher does the same): from a host list with slots (host_assignments,
+horovodlite-run) or from one host name per worker in the engine's own order
+(assign_ranks: Spark's partition index, Ray's actor index). A worker's
+environment is the caller's (rank_environment: all of it for a local rank, the
+FORWARDED part for a remote one), the job's variables and the Gloo-launch
+contract's HOROVOD_* variables of notes/contract-gloo.md (gloo_env).
 """
 
+import collections
 import os
 import socket
-from collections import OrderedDict
 
 from horovodlite.runner.secret import SECRET_ENV, SECRET_ENV_NAMES
 
 DEFAULT_GLOO_TIMEOUT_S = 30
 
+# Variables of the caller that reach remote ranks too (local ranks inherit all).
+FORWARDED = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
+FORWARDED_PREFIXES = ("HOROVODLITE_", "HOROVOD_")
 
-class SlotInfo:
+
+class SlotInfo(collections.namedtuple("SlotInfo", "hostname rank local_rank cross_rank size local_size cross_size")):
     """Where one worker sits in the job (Horovod's SlotInfo)."""
 
-    __slots__ = ("hostname", "rank", "local_rank", "cross_rank", "size", "local_size", "cross_size")
-
-    def __init__(self, hostname, rank, local_rank, cross_rank, size, local_size, cross_size):
-        self.hostname = hostname
-        self.rank = rank
-        self.local_rank = local_rank
-        self.cross_rank = cross_rank
-        self.size = size
-        self.local_size = local_size
-        self.cross_size = cross_size
+    __slots__ = ()
 
     def to_dict(self):
-        return {k: getattr(self, k) for k in self.__slots__}
+        return dict(self._asdict())
 
     @classmethod
     def from_dict(cls, d):
-        return cls(**{k: d[k] for k in cls.__slots__})
-
-    def __repr__(self):
-        return "SlotInfo(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
+        return cls(**{k: d[k] for k in cls._fields})
 
 
 def assign_ranks(worker_hosts):
@@ -50,7 +45,7 @@ def assign_ranks(worker_hosts):
     (Horovod's definition, right for hosts with different worker counts too)."""
     if not worker_hosts:
         raise ValueError("assign_ranks: no workers")
-    by_host = OrderedDict()
+    by_host = collections.OrderedDict()
     for index, host in enumerate(worker_hosts):
         by_host.setdefault(host, []).append(index)
     size = len(worker_hosts)
@@ -68,9 +63,23 @@ def assign_ranks(worker_hosts):
     return slots
 
 
+def host_assignments(hosts, np):
+    """`np` ranks over `hosts` ([(name, slots)]): they fill the hosts in order,
+    each up to its slots (Horovod's get_host_assignments), then take their
+    places as assign_ranks gives them. One SlotInfo per rank, by rank."""
+    total = sum(slots for _, slots in hosts)
+    if np > total:
+        raise ValueError("-np %d is more than the %d slots of the hosts given" % (np, total))
+    worker_hosts = []
+    for name, slots in hosts:
+        worker_hosts += [name] * min(slots, np - len(worker_hosts))
+    return assign_ranks(worker_hosts) if worker_hosts else []
+
+
 def gloo_env(slot, rendezvous_addr, rendezvous_port, timeout_s=None, iface=None, secret=None):
     """The contract's variables for one worker (both spellings of the
-    controller), with the job's secret (runner/secret.py) when given."""
+    controller), with the job's secret (runner/secret.py) when given.
+    timeout_s None (or 0) is DEFAULT_GLOO_TIMEOUT_S."""
     env = {
         "HOROVOD_CONTROLLER": "gloo",
         "HOROVOD_CPU_OPERATIONS": "gloo",
@@ -111,6 +120,24 @@ def strip_inherited(environ):
     return out
 
 
+def forwarded_environment(environ=None):
+    """The part of `environ` (default: this process's) that a remote rank gets:
+    FORWARDED and the FORWARDED_PREFIXES variables."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k in FORWARDED or k.startswith(FORWARDED_PREFIXES)}
+
+
+def rank_environment(remote, *layers, environ=None):
+    """What a rank started by horovodlite-run runs with: the caller's environment
+    (all of it for a local rank, forwarded_environment for a remote one), then
+    each of `layers` over it in turn (the job's variables, the contract's, ...)."""
+    environ = os.environ if environ is None else environ
+    env = forwarded_environment(environ) if remote else dict(environ)
+    for layer in layers:
+        env.update(layer)
+    return env
+
+
 def driver_address(nics=None):
     """An address of this (driver) host that workers can reach: the first IPv4
     address of one of `nics` (names of network interfaces) when given, else the
@@ -130,18 +157,23 @@ def driver_address(nics=None):
 
 
 def _iface_address(nics):
+    for name in sorted(nics):
+        addr = interface_address(name)
+        if addr:
+            return addr
+    return None
+
+
+def interface_address(name):
+    """The IPv4 address of this machine's interface `name`, or None."""
     import fcntl
     import struct
-    for name in sorted(nics):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
             return socket.inet_ntoa(packed[20:24])
-        except OSError:
-            continue
-        finally:
-            s.close()
-    return None
+    except OSError:
+        return None
 
 
 def host_identity():

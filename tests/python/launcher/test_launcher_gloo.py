@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from horovodlite.runner import gloo_run
+from horovodlite.runner import gloo_run, worker_env
 from launch_util import clean_env
 
 from horovodlite import run
@@ -129,21 +129,21 @@ def test_gloo_is_the_default_only_where_mpirun_is_missing():
 
 
 def test_host_assignments_fill_hosts_in_order():
-    slots = gloo_run.host_assignments([("a", 2), ("b", 3), ("c", 1)], 5)
+    slots = worker_env.host_assignments([("a", 2), ("b", 3), ("c", 1)], 5)
     got = [(s.hostname, s.rank, s.local_rank, s.local_size, s.cross_rank, s.cross_size) for s in slots]
     assert got == [
         ("a", 0, 0, 2, 0, 2), ("a", 1, 1, 2, 0, 2),
         ("b", 2, 0, 3, 1, 2), ("b", 3, 1, 3, 1, 2), ("b", 4, 2, 3, 0, 1),
     ]
     assert all(s.size == 5 for s in slots)
-    assert [s.hostname for s in gloo_run.host_assignments([("a", 2), ("b", 2)], 2)] == ["a", "a"]
+    assert [s.hostname for s in worker_env.host_assignments([("a", 2), ("b", 2)], 2)] == ["a", "a"]
     with pytest.raises(ValueError, match="-np 4 is more than the 3 slots"):
-        gloo_run.host_assignments([("a", 2), ("b", 1)], 4)
+        worker_env.host_assignments([("a", 2), ("b", 1)], 4)
 
 
 def test_slot_environment_is_the_contract():
-    slot = gloo_run.host_assignments([("h1", 1), ("h2", 2)], 3)[2]
-    env = gloo_run.slot_environment(slot, "10.0.0.1", 4242, iface="eth0", timeout_s=12)
+    slot = worker_env.host_assignments([("h1", 1), ("h2", 2)], 3)[2]
+    env = worker_env.gloo_env(slot, "10.0.0.1", 4242, iface="eth0", timeout_s=12)
     assert env == {
         "HOROVOD_HOSTNAME": "h2", "HOROVOD_RANK": "2", "HOROVOD_SIZE": "3",
         "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
@@ -152,10 +152,10 @@ def test_slot_environment_is_the_contract():
         "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
         "HOROVOD_GLOO_IFACE": "eth0", "HOROVOD_GLOO_TIMEOUT_SECONDS": "12",
     }
-    env = gloo_run.slot_environment(slot, "a", 1)
+    env = worker_env.gloo_env(slot, "a", 1)
     assert "HOROVOD_GLOO_IFACE" not in env and env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "30"
     assert "HOROVODLITE_SECRET_KEY" not in env
-    assert gloo_run.slot_environment(slot, "a", 1, secret="ab" * 32)["HOROVODLITE_SECRET_KEY"] == "ab" * 32
+    assert worker_env.gloo_env(slot, "a", 1, secret="ab" * 32)["HOROVODLITE_SECRET_KEY"] == "ab" * 32
 
 
 def test_rendezvous_address():

@@ -29,7 +29,7 @@ import threading
 import time
 
 from horovodlite.runner.elastic.discovery import DiscoveryError, HostManager, HostUpdateResult
-from horovodlite.runner.gloo_run import host_assignments
+from horovodlite.runner.worker_env import host_assignments
 
 DISCOVER_HOSTS_FREQUENCY_S = 1.0
 DEFAULT_ELASTIC_TIMEOUT_S = 600

@@ -3,13 +3,12 @@ the rendezvous server with the driver's /rendezvous/... endpoints, and worker
 processes started (local or through the launch agent) as the driver asks."""
 
 import concurrent.futures
-import os
 import signal
 import sys
 import threading
 import time
 
-from horovodlite.runner import gloo_run
+from horovodlite.runner import gloo_run, worker_env
 from horovodlite.runner import hosts as hosts_util
 from horovodlite.runner.elastic.discovery import FixedHosts, HostDiscoveryScript, HostManager
 from horovodlite.runner.elastic.driver import ElasticDriver, JobEnded
@@ -62,20 +61,15 @@ def launch_elastic(command, discovery, np, min_np, max_np, job_env, *, timeout_s
     state = {}
 
     def start_worker(slot, generation, extra_env):
-        rank_env = dict(job_env)
-        rank_env.update(gloo_run.slot_environment(slot, state["addr"], state["port"], iface, gloo_timeout_s, secret))
-        rank_env.update(extra_env)
         remote = not is_local(slot.hostname)
+        if remote and agent is None:
+            raise JobEnded("no launch agent (ssh) to reach %s" % slot.hostname)
+        env = worker_env.rank_environment(remote, job_env, worker_env.gloo_env(
+            slot, state["addr"], state["port"], timeout_s=gloo_timeout_s, iface=iface, secret=secret), extra_env)
         if remote:
-            if agent is None:
-                raise JobEnded("no launch agent (ssh) to reach %s" % slot.hostname)
-            env = gloo_run.forwarded_environment()
-            env.update(rank_env)
             stdin_data = gloo_run.private_stdin(env)
             argv, env = gloo_run.remote_command(agent, ssh_args, slot.hostname, env, command), None
         else:
-            env = dict(os.environ)
-            env.update(rank_env)
             argv = list(command)
             stdin_data = None
         handle = _ElasticWorker(slot, argv, env, remote)
