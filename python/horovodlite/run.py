@@ -103,6 +103,23 @@ def make_parser():
     parser = argparse.ArgumentParser(
         prog="horovodlite-run", allow_abbrev=False,
         description="Run a horovodlite program on N processes with mpirun; horovodrun's flags.")
+    _add_job_arguments(parser)
+    _add_ssh_arguments(parser)
+    _add_tuneable_arguments(parser)
+    _add_autotune_arguments(parser)
+    _add_timeline_arguments(parser)
+    _add_stall_check_arguments(parser)
+    _add_library_arguments(parser)
+    _add_elastic_arguments(parser)
+    _add_logging_arguments(parser)
+    _add_host_arguments(parser)
+    _add_unsupported_arguments(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
+    return parser
+
+
+def _add_job_arguments(parser):
+    """-np, -cb, the controller (--mpi / --gloo) and what every job takes."""
     parser.add_argument("-v", "--version", action="version", version=__version__, help="print the version")
     np_action = parser.add_argument("-np", "--num-proc", dest="np", type=_positive_int, default=None,
                                     help="number of processes (elastic: to start with; default --min-np)")
@@ -131,11 +148,17 @@ def make_parser():
                         help="Gloo job: seconds within which the ranks must meet at the rendezvous and connect "
                              "(HOROVOD_GLOO_TIMEOUT_SECONDS; default 30)")
 
+
+def _add_ssh_arguments(parser):
+    """-p and -i: how ssh reaches the hosts."""
     ssh = parser.add_argument_group("SSH arguments")
     ssh.add_argument("-p", "--ssh-port", type=_port, default=None, help="SSH port on all the hosts")
     ssh.add_argument("-i", "--ssh-identity-file", default=None,
                      help="file from which the identity (private key) is read")
 
+
+def _add_tuneable_arguments(parser):
+    """Fusion, cycle time, cache and the hierarchical switches."""
     params = parser.add_argument_group("tuneable parameter arguments")
     params.add_argument("--fusion-threshold-mb", type=_non_negative_float, default=None,
                         help="largest fused allreduce batch in MiB (0 disables fusion)")
@@ -154,6 +177,9 @@ def make_parser():
     hier_ag.add_argument("--no-hierarchical-allgather", dest="hierarchical_allgather", action="store_const",
                          const=False, help="never use the hierarchical allgather")
 
+
+def _add_autotune_arguments(parser):
+    """--autotune and its settings."""
     autotune = parser.add_argument_group("autotune arguments")
     autotune.add_argument("--autotune", action="store_true", default=None,
                           help="tune the fusion threshold, cycle time, eager-allreduce size (and, across hosts, "
@@ -169,11 +195,17 @@ def make_parser():
     autotune.add_argument("--autotune-gaussian-process-noise", type=_non_negative_float, default=None,
                           help="noise variance of the Gaussian process, in standardised units (default 0.8)")
 
+
+def _add_timeline_arguments(parser):
+    """--timeline-filename and --timeline-mark-cycles."""
     timeline = parser.add_argument_group("timeline arguments")
     timeline.add_argument("--timeline-filename", default=None, help="write a Chrome-tracing timeline to this file")
     timeline.add_argument("--timeline-mark-cycles", action="store_true", default=None,
                           help="mark the background thread's cycles on the timeline")
 
+
+def _add_stall_check_arguments(parser):
+    """The stall check's switch and times."""
     stall = parser.add_argument_group("stall check arguments")
     stall.add_argument("--no-stall-check", action="store_true", default=None, help="disable the stall check")
     stall.add_argument("--stall-check-warning-time-seconds", type=_non_negative_float, default=None,
@@ -181,10 +213,16 @@ def make_parser():
     stall.add_argument("--stall-check-shutdown-time-seconds", type=_non_negative_float, default=None,
                        help="seconds until stalled tensors fail and horovodlite shuts down (default 0: never)")
 
+
+def _add_library_arguments(parser):
+    """--mpi-args, passed to mpirun as they are."""
     library = parser.add_argument_group("library arguments")
     library.add_argument("--mpi-args", default="",
                          help='extra mpirun arguments, as one string: --mpi-args="--map-by ppr:2:node"')
 
+
+def _add_elastic_arguments(parser):
+    """--min-np, --max-np, discovery and the elastic job's bounds."""
     elastic = parser.add_argument_group("elastic arguments (a Gloo job that survives lost workers and takes in "
                                         "new hosts: horovodlite.torch.elastic)")
     elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=_positive_int, default=None,
@@ -205,10 +243,16 @@ def make_parser():
                          help="seconds a failed host stays blacklisted: LOW*2^n+U(0,LOW) for its n-th "
                               "failure, clamped to [LOW, HIGH] (default: for good)")
 
+
+def _add_logging_arguments(parser):
+    """--log-level."""
     logging = parser.add_argument_group("logging arguments")
     logging.add_argument("--log-level", type=_log_level, default=None,
                          help="minimum level logged to stderr: %s (default WARNING)" % ", ".join(LOG_LEVELS))
 
+
+def _add_host_arguments(parser):
+    """-H or --hostfile, and --hosts-netns."""
     host_group = parser.add_argument_group("host arguments").add_mutually_exclusive_group()
     host_group.add_argument("-H", "--hosts", dest="hosts", default=None,
                             help="<hostname>:<slots>,... (default: this machine)")
@@ -217,13 +261,13 @@ def make_parser():
     parser.add_argument("--hosts-netns", metavar="TESTBED", default=None,
                         help="run on the simulated hosts of ci/hosts.sh's testbed TESTBED (network namespaces; root)")
 
+
+def _add_unsupported_arguments(parser):
+    """horovodrun flags that horovodlite-run recognises and refuses (_UNSUPPORTED)."""
     unsupported = parser.add_argument_group("horovodrun arguments that are errors here")
     for flag in sorted(_UNSUPPORTED):
         nargs = 0 if flag in ("--jsrun", "--mpi-threads-disable") else "?"
         unsupported.add_argument(flag, action=_Unsupported, nargs=nargs, help=argparse.SUPPRESS)
-
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
-    return parser
 
 
 def job_environment(args):
