@@ -13,10 +13,12 @@ variable that mpirun exports to every rank, or an mpirun argument (the table is
 in docs/python.md). horovodrun flags that horovodlite cannot honour, and unknown
 flags, are errors. Before starting ranks on other hosts, each one is checked
 (through the launch agent: ssh by default) within --start-timeout. The job's
-exit code is forwarded (128 + N when mpirun dies of signal N). A Gloo job
-(runner/gloo_run.py) serves the rendezvous KV store itself and starts the ranks
-with the Gloo-launch contract's HOROVOD_* variables; its exit code is the first
-failing rank's, and the other ranks are ended when one fails.
+exit code is forwarded (128 + N when mpirun dies of signal N). This file is the
+command line and the checks of its flags; the launchers are runner/mpi_run.py
+(the mpirun command) and runner/gloo_run.py. A Gloo job serves the rendezvous KV
+store itself and starts the ranks with the Gloo-launch contract's HOROVOD_*
+variables (runner/worker_env.py); its exit code is the first failing rank's,
+and the other ranks are ended when one fails.
 """
 
 import argparse
@@ -28,7 +30,8 @@ import sys
 
 from horovodlite import __version__
 from horovodlite.runner import hosts as hosts_util
-from horovodlite.runner import mpi_flags, reachability
+from horovodlite.runner import mpi_run, reachability
+from horovodlite.runner.launch_args import host_list, interfaces, ssh_args
 from horovodlite.runner.testbed import Testbed, TestbedError
 
 LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
@@ -311,99 +314,6 @@ def job_environment(args):
     return env
 
 
-def interfaces(args):
-    """--network-interface values, comma-joined ("" when none)."""
-    names = []
-    for value in args.nics or []:
-        names += [n.strip() for n in value.split(",") if n.strip()]
-    return ",".join(names)
-
-
-def host_list(args):
-    """[(host, slots)] from -H or --hostfile; None for this machine only."""
-    if args.hostfile:
-        hosts = hosts_util.parse_hostfile(args.hostfile)
-    elif args.hosts:
-        hosts = hosts_util.parse_hosts(args.hosts)
-    else:
-        return None
-    hosts_util.check_duplicates(hosts)
-    return hosts
-
-
-def ssh_args(args):
-    """What horovodrun hands to ssh, through Open MPI's plm_rsh_args."""
-    out = []
-    if args.ssh_port:
-        out += ["-p", str(args.ssh_port)]
-    if args.ssh_identity_file:
-        out += ["-i", args.ssh_identity_file]
-    return out
-
-
-def mpirun_base(args, np, testbed=None):
-    """mpirun -np `np` and the arguments every job gets."""
-    cmd = (testbed.mpirun_prefix() if testbed else []) + [args.mpirun, "-np", str(np)]
-    # Ranks may outnumber cores (tests, small machines): no pinning, and idle
-    # ranks yield the CPU instead of spinning in MPI progress loops.
-    cmd += mpi_flags.JOB_FLAGS
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd += ["--allow-run-as-root"]
-    if testbed:
-        cmd += testbed.mpirun_args(interfaces_given=bool(interfaces(args)))
-    cmd += component_exclusions(args, testbed)
-    return cmd
-
-
-def _mca_keys(tokens):
-    """The MCA parameter names that mpirun arguments set."""
-    return {tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if tok in ("-mca", "--mca", "-gmca", "--gmca")}
-
-
-def component_exclusions(args, testbed=None):
-    """Leave out Open MPI's openib and OFI (libfabric) components, as horovodrun
-    leaves out openib: Open MPI 4.1's OFI components can hang MPI_Init itself
-    (docs/reliability.md). Not where the caller picks the BTLs or MTLs (in
-    --mpi-args, the testbed's settings or OMPI_MCA_btl / OMPI_MCA_mtl): Open MPI
-    would join a second value with the first."""
-    given = _mca_keys(shlex.split(getattr(args, "mpi_args", "") or ""))
-    if testbed:
-        given |= {key for key, _ in testbed.mca}
-    given |= {name[len("OMPI_MCA_"):] for name in os.environ if name.startswith("OMPI_MCA_")}
-    out = []
-    for key, value in mpi_flags.exclusion_pairs():
-        if key not in given:
-            out += ["--mca", key, value]
-    return out
-
-
-def mpirun_command(args, job_env, testbed=None, hosts=None):
-    cmd = mpirun_base(args, args.np, testbed)
-    if hosts is None and (args.hosts or args.hostfile):
-        hosts = host_list(args)
-    if hosts:
-        cmd += ["-H", hosts_util.format_hosts(hosts)]
-    if ssh_args(args):
-        cmd += ["--mca", "plm_rsh_args", " ".join(shlex.quote(a) for a in ssh_args(args))]
-    nics = interfaces(args)
-    if nics:
-        cmd += ["--mca", "btl_tcp_if_include", nics, "--mca", "oob_tcp_if_include", nics]
-    if args.output_filename:
-        cmd += ["--output-filename", os.path.abspath(args.output_filename)]
-    for name, value in sorted(job_env.items()):
-        cmd += ["-x", "%s=%s" % (name, value)]
-    # Forward the caller's search paths and any HOROVODLITE_/HOROVOD_ settings
-    # to remote hosts too (local ranks inherit them anyway).
-    for name in sorted(os.environ):
-        if name in job_env:
-            continue
-        if name in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH") or name.startswith(("HOROVODLITE_", "HOROVOD_")):
-            cmd += ["-x", name]
-    cmd += shlex.split(args.mpi_args)
-    cmd += args.command
-    return cmd
-
-
 def start_timeout(args):
     if args.start_timeout is not None:
         return args.start_timeout
@@ -582,7 +492,7 @@ def main(argv=None):
         from horovodlite.runner.check_build import check_build
         if shutil.which(args.mpirun) is None:
             parser.error("cannot find '%s' (install Open MPI or pass --mpirun)" % args.mpirun)
-        return check_build(mpirun_base(args, 1))
+        return check_build(mpi_run.mpirun_base(args, 1))
     if not args.command:
         parser.error("no command to run")
     if args.np is None and not is_elastic(args):
@@ -609,20 +519,7 @@ def main(argv=None):
         if problem:
             return _fail(problem)
 
-    job_env = job_environment(args)
-    cmd = mpirun_command(args, job_env, testbed, hosts)
-    env = dict(os.environ)
-    env.update(job_env)
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    if args.verbose:
-        print("horovodlite-run: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
-    try:
-        rc = subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 130
-    return 128 - rc if rc < 0 else rc
+    return mpi_run.launch_mpi(args, job_environment(args), testbed, hosts)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import time
 import horovodlite.torch as hvd
 import pytest
 import torch
+from horovodlite.runner import mpi_run
 from launch_util import MPIRUN, REPO, clean_env, launch, read_reports, report_command
 
 import horovodlite
@@ -230,7 +231,7 @@ def test_options_map_to_mpirun_arguments():
     env = run.job_environment(args)
     assert env == {"HOROVODLITE_HIERARCHICAL_ALLREDUCE": "0", "HOROVODLITE_HIERARCHICAL_ALLGATHER": "0",
                    "NCCL_SOCKET_IFNAME": "eth0,eth1"}
-    cmd = run.mpirun_command(args, env)
+    cmd = mpi_run.mpirun_command(args, env)
     joined = " ".join(cmd)
     assert cmd[:3] == ["mpirun", "-np", "4"] and cmd[-3:] == ["--map-by", "slot", "prog"]
     assert "-H a:2,b:2" in joined
@@ -244,13 +245,13 @@ def test_ofi_components_left_out_unless_the_caller_picks(monkeypatch):
     # Open MPI 4.1's OFI components can hang MPI_Init (docs/reliability.md): left out by default ...
     for name in [n for n in os.environ if n.startswith("OMPI_MCA_")]:
         monkeypatch.delenv(name)
-    cmd = run.mpirun_command(run.make_parser().parse_args(["-np", "2", "prog"]), {})
+    cmd = mpi_run.mpirun_command(run.make_parser().parse_args(["-np", "2", "prog"]), {})
     assert cmd[cmd.index("btl") + 1] == "^openib,ofi" and cmd[cmd.index("mtl") + 1] == "^ofi"
     assert cmd[cmd.index("btl") - 1] == "--mca" and cmd[cmd.index("mtl") - 1] == "--mca"
     # ... but a choice of the caller's is never joined with ours.
-    cmd = run.mpirun_command(run.make_parser().parse_args(["-np", "2", "--mpi-args=-mca btl tcp,self", "prog"]), {})
+    cmd = mpi_run.mpirun_command(run.make_parser().parse_args(["-np", "2", "--mpi-args=-mca btl tcp,self", "prog"]), {})
     assert cmd.count("btl") == 1 and cmd[cmd.index("btl") + 1] == "tcp,self"
     assert cmd[cmd.index("mtl") + 1] == "^ofi"
     monkeypatch.setenv("OMPI_MCA_mtl", "psm2")
-    cmd = run.mpirun_command(run.make_parser().parse_args(["-np", "2", "prog"]), {})
+    cmd = mpi_run.mpirun_command(run.make_parser().parse_args(["-np", "2", "prog"]), {})
     assert "mtl" not in cmd and cmd[cmd.index("btl") + 1] == "^openib,ofi"
