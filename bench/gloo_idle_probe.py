@@ -3,8 +3,9 @@ allreduces (wall and CPU each): the core's control path on Gloo vs MPI.
 
     source ci/env.sh; export PYTHONPATH=build/python
     build/horovodlite-run --gloo -np 2 .venv/bin/python bench/gloo_idle_probe.py
-    mpirun -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 --mca btl ^openib,ofi \
-        --mca mtl ^ofi .venv/bin/python bench/gloo_idle_probe.py
+    mpirun -np 2 $HVL_MPIRUN_JOB_FLAGS $HVL_MPIRUN_EXCLUSIONS .venv/bin/python bench/gloo_idle_probe.py
+
+(the mpirun flags from ci/env.sh, which reads them from runner/mpi_flags.py).
 """
 
 import time

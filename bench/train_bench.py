@@ -6,7 +6,7 @@ Trains the same MLP for a fixed number of steps, in sequence:
 plus any --variant (horovodlite with other settings), and reports global
 samples/s, step time, scaling efficiency = samples/s(np N) / (N * samples/s(1))
 and the ratio horovodlite / DDP. Both distributed runs are started with mpirun
-(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1).
+and the job flags of python/horovodlite/runner/mpi_flags.py (JOB_FLAGS).
 
     .venv/bin/python bench/train_bench.py --np 2 --steps 50 --png out.png --csv out.csv
     .venv/bin/python bench/train_bench.py --np 2 --model resnet50 --batch-size 8 --steps 10

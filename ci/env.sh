@@ -11,30 +11,17 @@
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The mpirun flags (python/horovodlite/runner/mpi_flags.py, read by
-# ci/mpirun_flags.sh), also as the OMPI_MCA_* variables they stand for, so that a
-# plain `mpirun -np N ...` gets them: --oversubscribe is
-# rmaps_base_oversubscribe=1, --bind-to X hwloc_base_binding_policy=X, --mca K V
-# K=V. Among them: Open MPI 4.1.4 (Debian 12) can hang inside MPI_Init in its OFI
-# (libfabric) components: a mutex in opal_common_ofi_export_memory_monitor left
+# ci/mpirun_flags.sh), also as the OMPI_MCA_* variables they stand for
+# (hvl_mpirun_mca), so that a plain `mpirun -np N ...` gets them. Among them:
+# Open MPI 4.1.4 (Debian 12) can hang inside MPI_Init in its OFI (libfabric)
+# components: a mutex in opal_common_ofi_export_memory_monitor left
 # locked (seen here about once in 40 launches under load). No libfabric network
 # here: they are left out (btl ^openib,ofi, mtl ^ofi).
 source "$(dirname "${BASH_SOURCE[0]}")/mpirun_flags.sh" || return 2 2>/dev/null || exit 2
 export HVL_MPIRUN_JOB_FLAGS HVL_MPIRUN_EXCLUSIONS
-_hvl_mca_env() {
-  local -a f
-  read -ra f <<<"$HVL_MPIRUN_JOB_FLAGS $HVL_MPIRUN_EXCLUSIONS"
-  local i=0
-  while [ "$i" -lt "${#f[@]}" ]; do
-    case "${f[$i]}" in
-      --oversubscribe) export OMPI_MCA_rmaps_base_oversubscribe=1; i=$((i + 1)) ;;
-      --bind-to) export OMPI_MCA_hwloc_base_binding_policy="${f[$((i + 1))]}"; i=$((i + 2)) ;;
-      --mca) export "OMPI_MCA_${f[$((i + 1))]}=${f[$((i + 2))]}"; i=$((i + 3)) ;;
-      *) echo "ci/env.sh: no OMPI_MCA_ variable for the mpirun flag '${f[$i]}'" >&2; return 2 ;;
-    esac
-  done
-}
-_hvl_mca_env || return 2 2>/dev/null || exit 2
-unset -f _hvl_mca_env
+_hvl_mca=$(hvl_mpirun_mca "$HVL_MPIRUN_JOB_FLAGS" "$HVL_MPIRUN_EXCLUSIONS") || return 2 2>/dev/null || exit 2
+while IFS= read -r _hvl_setting; do export "OMPI_MCA_$_hvl_setting"; done <<<"$_hvl_mca"
+unset _hvl_mca _hvl_setting
 HVL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export HVL_ROOT
 export HVL_JOBS="${HVL_JOBS:-2}"

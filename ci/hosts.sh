@@ -34,6 +34,8 @@ STATE_ROOT=/run/hvl-testbed
 STATE="$STATE_ROOT/$TB"
 SUBNET=198.18.0.0/24
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# HVL_MPIRUN_JOB_FLAGS and hvl_mpirun_mca.
+source "$HERE/mpirun_flags.sh"
 
 die() { echo "hosts.sh: $*" >&2; exit 1; }
 
@@ -48,26 +50,31 @@ check_tools() {
 
 # The Open MPI settings every launch into the testbed needs: the agent, no tree
 # spawn (every daemon is started from the launch namespace), TCP on the testbed's
-# subnet only, no binding (each namespace looks like a whole machine, so
-# binding would put one rank of every host on core 0), and TCP keepalive on the
+# subnet only, the job flags of ci/mpirun_flags.sh (among them no binding, which
+# the testbed needs too: each namespace looks like a whole machine, so binding
+# would put one rank of every host on core 0), and TCP keepalive on the
 # daemons' control connections (Linux's default sends the first probe after
 # 300 s): when a host becomes unreachable, mpirun says so ("ORTE has lost
 # communication with a remote daemon ... on node <host>") and ends the job
 # within about 10 s instead of waiting for that host for minutes.
 write_mpi_env() {
-  cat >"$STATE/mpi.env" <<EOF
+  local job
+  job=$(hvl_mpirun_mca "$HVL_MPIRUN_JOB_FLAGS") || die "cannot write the mpirun flags as OMPI_MCA_* settings"
+  {
+    cat <<EOF
 OMPI_MCA_plm_rsh_agent=$STATE/agent
 OMPI_MCA_plm_rsh_no_tree_spawn=1
 OMPI_MCA_oob_tcp_if_include=$SUBNET
 OMPI_MCA_btl_tcp_if_include=$SUBNET
 OMPI_MCA_btl=tcp,vader,self
-OMPI_MCA_hwloc_base_binding_policy=none
-OMPI_MCA_rmaps_base_oversubscribe=1
-OMPI_MCA_mpi_yield_when_idle=1
+EOF
+    sed 's/^/OMPI_MCA_/' <<<"$job"
+    cat <<EOF
 OMPI_MCA_oob_tcp_keepalive_time=4
 OMPI_MCA_oob_tcp_keepalive_intvl=2
 OMPI_MCA_oob_tcp_keepalive_probes=3
 EOF
+  } >"$STATE/mpi.env"
 }
 
 add_ns() {  # add_ns NAME ADDRESS RATE

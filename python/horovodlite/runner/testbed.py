@@ -4,11 +4,13 @@ the launch namespace and the Open MPI settings, mpi.env)."""
 
 import os
 
+from horovodlite.runner import mpi_flags
+
 STATE_ROOT = "/run/hvl-testbed"
 
-# Settings the launcher passes anyway (--oversubscribe, --bind-to none, yield):
-# not repeated, since Open MPI joins repeated --mca values with commas.
-_ALREADY_SET = {"rmaps_base_oversubscribe", "hwloc_base_binding_policy", "mpi_yield_when_idle"}
+# Settings the launcher passes anyway (mpi_flags.JOB_FLAGS): not repeated, since
+# Open MPI joins repeated --mca values with commas.
+_ALREADY_SET = {key for key, _ in mpi_flags.mca_settings(mpi_flags.JOB_FLAGS)}
 _INTERFACE_PARAMS = {"oob_tcp_if_include", "btl_tcp_if_include"}
 
 
