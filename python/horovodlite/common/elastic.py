@@ -13,6 +13,10 @@ server:
       reset (blocks until the next world forms) -> this worker's rank, size,
       local/cross rank and size, generation and scope, or rank -1 when it has
       no place any more (it then leaves with exit status 0).
+Both through the store's signed client (runner/store_client.py): the workers'
+half of the store's protocol, apart from the server and the launcher (it needs
+http.client and runner/secret.py only). HostUpdateResult is the workers' own
+(common/host_update.py), which the driver imports.
 """
 
 import functools
@@ -23,7 +27,7 @@ import sys
 import threading
 
 from horovodlite.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
-from horovodlite.runner.elastic.discovery import HostUpdateResult
+from horovodlite.common.host_update import HostUpdateResult
 from horovodlite.runner.store_client import RendezvousClient
 
 POLL_INTERVAL_S = 1.0

@@ -8,7 +8,6 @@ hangs or prints something else raises DiscoveryError naming the script, its exit
 status and the bad line: the driver warns and goes on with the last good set.
 """
 
-import enum
 import os
 import random
 import re
@@ -16,19 +15,14 @@ import signal
 import subprocess
 import time
 
+from horovodlite.common.host_update import HostUpdateResult
+
 DEFAULT_COOLDOWN_LOWER_LIMIT_S = 1
 DEFAULT_COOLDOWN_UPPER_LIMIT_S = 60 * 60
 DISCOVERY_TIMEOUT_S = 10.0
 
 _LINE = re.compile(r"^([A-Za-z0-9_.\-\[\]:]+?)(?::([0-9]+))?$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-class HostUpdateResult(enum.IntFlag):
-    no_update = 0
-    removed = 1
-    added = 2
-    mixed = removed | added
 
 
 class DiscoveryError(RuntimeError):

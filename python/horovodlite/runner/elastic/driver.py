@@ -28,7 +28,8 @@ import sys
 import threading
 import time
 
-from horovodlite.runner.elastic.discovery import DiscoveryError, HostManager, HostUpdateResult
+from horovodlite.common.host_update import HostUpdateResult
+from horovodlite.runner.elastic.discovery import DiscoveryError, HostManager
 from horovodlite.runner.worker_env import host_assignments
 
 DISCOVER_HOSTS_FREQUENCY_S = 1.0
