@@ -16,7 +16,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Open MPI 4.1.4 (Debian 12) can hang inside MPI_Init in its OFI (libfabric)
 # components: a mutex in opal_common_ofi_export_memory_monitor left
 # locked (seen here about once in 40 launches under load). No libfabric network
-# here: they are left out (btl ^openib,ofi, mtl ^ofi).
+# here: they are left out (EXCLUSIONS).
 source "$(dirname "${BASH_SOURCE[0]}")/mpirun_flags.sh" || return 2 2>/dev/null || exit 2
 export HVL_MPIRUN_JOB_FLAGS HVL_MPIRUN_EXCLUSIONS
 _hvl_mca=$(hvl_mpirun_mca "$HVL_MPIRUN_JOB_FLAGS" "$HVL_MPIRUN_EXCLUSIONS") || return 2 2>/dev/null || exit 2
