@@ -40,7 +40,9 @@ import torch
 
 from horovodlite.common.process_sets import global_process_set
 from horovodlite.torch._compat import register_grad_ready_hook
-from horovodlite.torch.mpi_ops import Adasum, allreduce_async_, size, synchronize
+from horovodlite.torch._enqueue import enqueue_allreduce
+from horovodlite.torch.compression import Compression
+from horovodlite.torch.mpi_ops import Adasum, size, synchronize
 
 # The hooks step the ready parameters together once this many are ready, or
 # this many bytes of them: few optimizer calls for a model of many small
@@ -126,7 +128,8 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         for p in ready:
             p.data.sub_(self._starting_models[p])
             compressed, ctx = self._compression.compress(p.data)
-            handle = allreduce_async_(compressed, name=self._parameter_names.get(p), op=Adasum)
+            handle = enqueue_allreduce(compressed, self._parameter_names.get(p), Adasum, global_process_set, 1.0, 1.0,
+                                       True, Compression.none, None, "DistributedOptimizer")
             self._handles[p] = (handle, (compressed, ctx))
 
     def _mark_ready(self, p):

@@ -1,18 +1,19 @@
 """allreduce and grouped_allreduce in their Horovod forms (synchronous,
-asynchronous, in place, differentiable). Every single-tensor form enqueues
-through _enqueue.enqueue_allreduce, as DistributedOptimizer does."""
+asynchronous, in place, differentiable). Each resolves Horovod's ``op`` /
+``average`` (resolve_op) and enqueues through _enqueue.py, which checks the
+arguments once, as DistributedOptimizer's hooks do."""
 
 import torch
 
 from horovodlite.common.process_sets import global_process_set
-from horovodlite.torch._checks import _PLAIN_OPS, check_tensor, check_tensors, group_names, resolve_op
-from horovodlite.torch._enqueue import _allreduce_async, enqueue_allreduce, enqueue_grouped_allreduce
+from horovodlite.torch._checks import check_tensor, check_tensors, resolve_op
+from horovodlite.torch._enqueue import enqueue_allreduce, enqueue_grouped_allreduce
 from horovodlite.torch.basics import Average, Max, Min, Sum
 from horovodlite.torch.compression import Compression
-from horovodlite.torch.handles import _grouped, _Handle, synchronize
+from horovodlite.torch.handles import _Handle, synchronize
 
 _CORE_FP16_OPS = frozenset((Sum, Average, Min, Max))
-_Tensor = torch.Tensor
+_NONE = Compression.none
 
 
 def core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
@@ -31,7 +32,7 @@ def core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
         return False
     if prescale_factor != 1.0 or postscale_factor != 1.0:
         return False
-    return op in _CORE_FP16_OPS
+    return type(op) is int and op in _CORE_FP16_OPS
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -42,35 +43,24 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     allreduce_async has no compression argument) sends float32/float64 tensors
     as fp16 and returns the result in the tensor's dtype, as allreduce() does."""
     op = resolve_op(op, average, "allreduce_async")
-    if compression is Compression.none or core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
-        return enqueue_allreduce(tensor, name=name, op=op, process_set=process_set, prescale_factor=prescale_factor,
-                                 postscale_factor=postscale_factor, compression=compression, what="allreduce_async")
-    check_tensor(tensor, "allreduce_async")
+    if compression is _NONE or core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
+        return enqueue_allreduce(tensor, name, op, process_set, prescale_factor, postscale_factor, False, compression,
+                                 None, "allreduce_async")
+    check_tensor(tensor, "allreduce_async")  # before the compressor sees it
     compressed, ctx = compression.compress(tensor)
-    handle = enqueue_allreduce(compressed, name=name, op=op, process_set=process_set,
-                               prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                               what="allreduce_async")
+    handle = enqueue_allreduce(compressed, name, op, process_set, prescale_factor, postscale_factor, False, _NONE,
+                               None, "allreduce_async")
     return _Handle([handle], lambda parts, outputs: compression.decompress(outputs[0], ctx))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """In-place form of allreduce_async(): ``tensor`` receives the result."""
-    # The per-parameter loop's call (a dense tensor, a str name, a plain op or
-    # None, float factors, the global set) goes to the core at once, after the
-    # same checks enqueue_allreduce makes; anything else takes that full path.
-    # Three Python frames fewer: 0.6 us of the ~3 us a call costs.
-    if average is None and type(name) is str and process_set is global_process_set:
-        if op is None:
-            op = Average
-        if (type(op) is int and op in _PLAIN_OPS and type(prescale_factor) is float
-                and type(postscale_factor) is float and isinstance(tensor, _Tensor) and not tensor.is_sparse):
-            # _C.allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-            #                    in_place, fp16_wire, output, process_set_id)
-            return _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, True, False, None, 0)
-    return enqueue_allreduce(tensor, name=name, op=resolve_op(op, average, "allreduce_async_"),
-                             process_set=process_set, prescale_factor=prescale_factor,
-                             postscale_factor=postscale_factor, in_place=True, what="allreduce_async_")
+    # The per-parameter loop's call: resolve_op only when there is something to resolve.
+    if op is None or average is not None:
+        op = resolve_op(op, average, "allreduce_async_")
+    return enqueue_allreduce(tensor, name, op, process_set, prescale_factor, postscale_factor, True, _NONE, None,
+                             "allreduce_async_")
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -78,17 +68,16 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
-        ctx.average = average
-        ctx.op = op
+        ctx.op = resolve_op(op, average, "allreduce")
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        handle = allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
-        return synchronize(handle)
+        return enqueue_allreduce(tensor, name, ctx.op, process_set, prescale_factor, postscale_factor, False, _NONE,
+                                 None, "allreduce").synchronize()
 
     @staticmethod
     def backward(ctx, grad_output):
-        return (allreduce(grad_output, average=ctx.average, op=ctx.op, prescale_factor=ctx.prescale_factor,
+        return (allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale_factor,
                           postscale_factor=ctx.postscale_factor, process_set=ctx.process_set),
                 None, None, None, None, None, None)
 
@@ -97,18 +86,17 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Averages (or sums, ...) ``tensor`` over all processes and returns the
     result; the input is not modified. Differentiable."""
-    resolved = resolve_op(op, average, "allreduce")
+    op = resolve_op(op, average, "allreduce")
     if not (torch.is_grad_enabled() and isinstance(tensor, torch.Tensor) and tensor.requires_grad):
         # No graph to record: straight to the core, the output from the
         # adapter's pool, fp16 converted by the core.
-        if compression is Compression.none or core_fp16(tensor, compression, resolved, prescale_factor,
-                                                        postscale_factor):
-            return enqueue_allreduce(tensor, name=name, op=resolved, process_set=process_set,
-                                     prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                                     compression=compression, what="allreduce").synchronize()
-    check_tensor(tensor, "allreduce")
+        if compression is _NONE or core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
+            return enqueue_allreduce(tensor, name, op, process_set, prescale_factor, postscale_factor, False,
+                                     compression, None, "allreduce").synchronize()
+    if compression is not _NONE:
+        check_tensor(tensor, "allreduce")  # before the compressor sees it
     tensor_compressed, ctx = compression.compress(tensor)
-    reduced = HorovodAllreduce.apply(tensor_compressed, average, name, op, prescale_factor, postscale_factor,
+    reduced = HorovodAllreduce.apply(tensor_compressed, None, name, op, prescale_factor, postscale_factor,
                                      process_set)
     return compression.decompress(reduced, ctx)
 
@@ -120,30 +108,21 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
                                         process_set))
 
 
-def _grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor, process_set, in_place,
-                             what):
-    check_tensors(tensors, what)
-    handles = enqueue_grouped_allreduce(tensors, names=group_names(name, len(tensors), what), op=op,
-                                        process_set=process_set, prescale_factor=prescale_factor,
-                                        postscale_factor=postscale_factor, in_place=in_place, what=what)
-    return _Handle(handles, _grouped)
-
-
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Asynchronous allreduce of a list of tensors (fused together when they fit
     the fusion buffer); synchronize() returns the list of results."""
     op = resolve_op(op, average, "grouped_allreduce_async")
-    return _grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor, process_set, False,
-                                    "grouped_allreduce_async")
+    return enqueue_grouped_allreduce(tensors, name, op, process_set, prescale_factor, postscale_factor, False,
+                                     "grouped_allreduce_async")
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In-place form of grouped_allreduce_async()."""
     op = resolve_op(op, average, "grouped_allreduce_async_")
-    return _grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor, process_set, True,
-                                    "grouped_allreduce_async_")
+    return enqueue_grouped_allreduce(tensors, name, op, process_set, prescale_factor, postscale_factor, True,
+                                     "grouped_allreduce_async_")
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
@@ -151,30 +130,28 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
-        ctx.average = average
-        ctx.op = op
+        ctx.op = resolve_op(op, average, "grouped_allreduce")
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        handle = grouped_allreduce_async(list(tensors), average, name, op, prescale_factor, postscale_factor,
-                                         process_set)
+        handle = enqueue_grouped_allreduce(list(tensors), name, ctx.op, process_set, prescale_factor,
+                                           postscale_factor, False, "grouped_allreduce")
         return tuple(synchronize(handle))
 
     @staticmethod
     def backward(ctx, *grad_output):
-        grads = grouped_allreduce(list(grad_output), average=ctx.average, op=ctx.op,
-                                  prescale_factor=ctx.prescale_factor, postscale_factor=ctx.postscale_factor,
-                                  process_set=ctx.process_set)
+        grads = grouped_allreduce(list(grad_output), op=ctx.op, prescale_factor=ctx.prescale_factor,
+                                  postscale_factor=ctx.postscale_factor, process_set=ctx.process_set)
         return (None, None, None, None, None, None) + tuple(grads)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduce of a list of tensors; returns the list of results. Differentiable."""
-    check_tensors(tensors, "grouped_allreduce")
-    resolve_op(op, average, "grouped_allreduce")
+    check_tensors(tensors, "grouped_allreduce")  # before they are unpacked and compressed
+    op = resolve_op(op, average, "grouped_allreduce")
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
-    reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
+    reduced = HorovodGroupedAllreduce.apply(None, name, op, prescale_factor, postscale_factor, process_set,
                                             *compressed)
     return [compression.decompress(t, c) for t, c in zip(reduced, ctxs)]
 

@@ -1,7 +1,9 @@
-"""Argument checks shared by the collectives: Python checks what only Python
-can (argument types, Horovod's op and ``average`` rules, root ranks); the
-tensor itself (dtype, device, layout, size) is checked once, by the adapter and
-the core, whose errors name the tensor."""
+"""The Python-side argument checks of the collectives, made once per call by
+_enqueue.py (which says who checks what): argument types and the reduce op's
+value. The values of the tensor and of the other arguments (dtype, device,
+size, root rank range, splits, ...) are the core's to check, whose errors name
+the tensor. Also Horovod's ``average`` rule (resolve_op), which the public
+allreduce functions apply before enqueueing."""
 
 import warnings
 
@@ -23,7 +25,7 @@ def check_tensor(tensor, what):
 def check_tensors(tensors, what):
     if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
         raise TypeError("%s: expected a list or tuple of torch.Tensor, got %s" % (what, type(tensors).__name__))
-    if len(tensors) == 0:
+    if len(tensors) == 0:  # (the core's error for it comes back with no handle to carry it)
         raise ValueError("%s: the list of tensors is empty" % what)
     for t in tensors:
         check_tensor(t, what)
@@ -45,9 +47,15 @@ def group_names(name, count, what):
     return ["%s.%d" % (base, i) for i in range(count)]
 
 
-def check_root(root_rank, what):
+def check_root_type(root_rank, what):
     if isinstance(root_rank, bool) or not isinstance(root_rank, int):
         raise TypeError("%s: root_rank must be an int, got %s" % (what, type(root_rank).__name__))
+
+
+def check_root(root_rank, what):
+    """The root rank of a composite operation (broadcast_parameters, ...),
+    checked before any of its collectives or local work starts."""
+    check_root_type(root_rank, what)
     n = size()
     if not 0 <= root_rank < n:
         raise ValueError("%s: root_rank %d is out of range [0, %d)" % (what, root_rank, n))
@@ -62,21 +70,15 @@ def check_factor(value, what, arg):
 
 
 def resolve_op(op, average, what):
-    """Horovod's handling of the deprecated ``average`` argument."""
-    if average is None:  # the common cases, first
-        if op is None:
-            return Average
-        if type(op) is int and op in _PLAIN_OPS:
-            return op
-    if op is not None and average is not None:
+    """Horovod's handling of the deprecated ``average`` argument: the op to
+    use (None: Average). The op itself is checked where it is enqueued."""
+    if average is None:  # the common case, first
+        return Average if op is None else op
+    if op is not None:
         raise ValueError("%s: the op parameter supersedes average. Please provide only one of them." % what)
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
-                      DeprecationWarning, stacklevel=3)
-        op = Average if average else Sum
-    if op is None:
-        op = Average
-    return check_op(op, what)
+    warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
+                  DeprecationWarning, stacklevel=3)
+    return Average if average else Sum
 
 
 def check_op(op, what):
@@ -85,3 +87,31 @@ def check_op(op, what):
     if isinstance(op, bool) or not isinstance(op, int) or op not in _OPS:
         raise ValueError("%s: op must be one of hvd.Average, Sum, Min, Max, Product (got %r)" % (what, op))
     return op
+
+
+def check_average_or_sum(op, what):
+    """reducescatter's and the sparse allreduce's ops (as Horovod)."""
+    if type(op) is int and (op == Average or op == Sum):
+        return op
+    raise ValueError("%s: op must be hvd.Average or hvd.Sum (got %r)" % (what, op))
+
+
+def splits_list(splits, what):
+    """alltoall's splits as the list of ints the core takes ([]: an even
+    split); their values (one per rank, not negative, summing to dim 0) are the
+    core's to check."""
+    if splits is None:
+        return []
+    if isinstance(splits, torch.Tensor):
+        # ValueError (not TypeError) for a bad dtype, as Horovod.
+        if splits.dim() != 1 or splits.dtype.is_floating_point or splits.dtype.is_complex \
+                or splits.dtype == torch.bool:
+            raise ValueError("%s: splits must be a 1-D integer tensor or a list of ints, got a %d-D %s tensor"
+                             % (what, splits.dim(), splits.dtype))
+        return [int(v) for v in splits.tolist()]
+    if isinstance(splits, (list, tuple)):
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in splits):
+            raise ValueError("%s: splits must contain ints, got %r" % (what, list(splits)))
+        return list(splits)
+    raise TypeError("%s: splits must be None, a list of ints or an integer tensor, got %s"
+                    % (what, type(splits).__name__))

@@ -1,28 +1,54 @@
-"""The one way from Python into the core's allreduce.
+"""The one way from Python into the core: every collective of horovodlite.torch
+(the public functions, their autograd forms, DistributedOptimizer, the sparse
+allreduce) reaches ``_C`` through a function here, and each function checks its
+arguments once, here, before anything is enqueued (so a bad argument leaves
+every rank in step). ``what`` is the public function's name, for the errors.
 
-Every allreduce caller (``allreduce``, ``allreduce_async``, ``allreduce_async_``
-and DistributedOptimizer's gradient hooks) enqueues through
-``enqueue_allreduce``, so every one gets the same checks: the tensor (a dense
-torch.Tensor), the name, the reduce op, the scale factors, the process set,
-the compression and the output buffer. The adapter and the core then check the
-tensor's dtype, device and size once, with errors that name the tensor.
+Who checks what (one contract at each boundary):
+
+- here, what only Python can check: the argument types (a dense torch.Tensor or
+  a non-empty list of them, a str or None name, numbers for the scale factors,
+  an int root rank, splits as ints), the reduce op's value (one of hvd.Average,
+  Sum, ...; reducescatter and the sparse allreduce: Average or Sum, as Horovod),
+  the process set object (a registered hvd.ProcessSet), the compression and the
+  output buffer;
+- ``_C`` (python/src/module.cc) converts them for the LibTorch adapter;
+- the core (horovodlite/src/api.cc, api_checks.cc) checks the values: dtype,
+  device, dimensions, finite scale factors, Adasum's dtypes and power-of-two
+  number of ranks, the root rank's range and membership of the set, alltoall's
+  splits (one per rank, not negative, summing to dim 0; without splits, dim 0
+  divisible by the number of ranks), reducescatter's dimension, and at
+  negotiation what ranks disagree about. Its errors name the tensor and are
+  raised when the handle is synchronized (ValueError for a bad argument).
 
 The checks put the common case first (a str name, float factors, a plain op,
-the global set: one type test each), so the in-place form that the optimizer
-and per-parameter loops call 200 times a step costs what the unchecked call
-cost before. The binding is called positionally: pybind11 matches keyword
+the global set: one type test each), so the in-place allreduce that the
+optimizer and per-parameter loops call 200 times a step costs little more than
+the binding. The bindings are called positionally: pybind11 matches keyword
 arguments by name on every call, which measured about 1 us more per call (2.3
-vs 3.3 us, best of 30 rounds of 200 calls). Besides enqueue_allreduce, one
-other place calls it: allreduce_async_'s plain case (_allreduce.py), which
-makes these checks itself to save the frames in between.
+vs 3.3 us, best of 30 rounds of 200 calls); the hot callers call
+enqueue_allreduce positionally too (a Python call with keywords costs ~0.1 us
+more).
 """
 
 import torch
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
 from horovodlite.torch import _C
-from horovodlite.torch._checks import _PLAIN_OPS, check_factor, check_name, check_op
+from horovodlite.torch._checks import (
+    _PLAIN_OPS,
+    check_average_or_sum,
+    check_factor,
+    check_name,
+    check_op,
+    check_root_type,
+    check_tensor,
+    check_tensors,
+    group_names,
+    splits_list,
+)
 from horovodlite.torch.compression import Compression
+from horovodlite.torch.handles import _grouped, _Handle
 
 # Looked up once (module globals are cheaper than attribute chains per call).
 _Tensor = torch.Tensor
@@ -33,14 +59,14 @@ _FP16 = Compression.fp16
 _allreduce_async = _C.allreduce_async
 
 
-def enqueue_allreduce(tensor, *, name, op, process_set=global_process_set, prescale_factor=1.0,
-                      postscale_factor=1.0, in_place=False, compression=Compression.none, output=None,
-                      what="allreduce"):
+def enqueue_allreduce(tensor, name, op, process_set, prescale_factor, postscale_factor, in_place, compression,
+                      output, what):
     """Starts the allreduce of ``tensor`` and returns its core handle.
 
-    Arguments (keyword only):
+    Arguments:
         name: a str, or None for a name the core makes up.
-        op: a resolved reduce op (hvd.Average, Sum, Min, Max, Product).
+        op: a reduce op (hvd.Average, Sum, Min, Max, Product, Adasum; the
+            public functions resolve None and ``average`` first).
         process_set: the hvd.ProcessSet whose ranks take part.
         prescale_factor, postscale_factor: numbers.
         in_place: write the result into ``tensor``.
@@ -53,10 +79,8 @@ def enqueue_allreduce(tensor, *, name, op, process_set=global_process_set, presc
             step; None: a new tensor.
         what: the public function's name, for error messages.
     """
-    if not isinstance(tensor, _Tensor):
-        raise TypeError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if tensor.is_sparse:
-        raise ValueError("%s: sparse tensors are not supported (use sparse_as_dense=True or .to_dense())" % what)
+    if not isinstance(tensor, _Tensor) or tensor.is_sparse:
+        check_tensor(tensor, what)
     if type(name) is not str:
         name = check_name(name, what)
     if type(op) is not int or op not in _PLAIN_OPS:
@@ -84,13 +108,84 @@ def enqueue_allreduce(tensor, *, name, op, process_set=global_process_set, presc
                             psid)
 
 
-def enqueue_grouped_allreduce(tensors, *, names, op, process_set=global_process_set, prescale_factor=1.0,
-                              postscale_factor=1.0, in_place=False, what="grouped_allreduce"):
+def enqueue_grouped_allreduce(tensors, name, op, process_set, prescale_factor, postscale_factor, in_place, what):
     """Starts the allreduce of a list of tensors as one group (negotiated and
-    executed together, Horovod's group_id); returns one core handle per tensor.
-    The caller has checked the tensors and made the names."""
+    executed together, Horovod's group_id; names ``name.0``, ``name.1``, ...);
+    synchronize() returns the list of results."""
+    check_tensors(tensors, what)
+    names = group_names(name, len(tensors), what)
     op = check_op(op, what)
     pre = check_factor(prescale_factor, what, "prescale_factor")
     post = check_factor(postscale_factor, what, "postscale_factor")
     psid = _ps_id(process_set, what)
-    return _C.grouped_allreduce_async(list(tensors), names, op, pre, post, bool(in_place), psid)
+    return _Handle(_C.grouped_allreduce_async(list(tensors), names, op, pre, post, bool(in_place), psid), _grouped)
+
+
+def enqueue_allgather(tensor, name, process_set, what):
+    """Starts the allgather of ``tensor`` (along dimension 0); returns its core handle."""
+    check_tensor(tensor, what)
+    psid = _ps_id(process_set, what)
+    return _C.allgather_async(tensor, check_name(name, what), psid)
+
+
+def enqueue_grouped_allgather(tensors, name, process_set, what):
+    """Starts the allgather of a list of tensors as one group; synchronize() returns a list."""
+    check_tensors(tensors, what)
+    psid = _ps_id(process_set, what)
+    names = group_names(name, len(tensors), what)
+    return _Handle(_C.grouped_allgather_async(list(tensors), names, psid), _grouped)
+
+
+def enqueue_broadcast(tensor, root_rank, name, process_set, in_place, what):
+    """Starts the broadcast of root_rank's (a global rank's) ``tensor``; returns its core handle."""
+    check_tensor(tensor, what)
+    check_root_type(root_rank, what)
+    psid = _ps_id(process_set, what)
+    return _C.broadcast_async(tensor, root_rank, check_name(name, what), in_place, psid)
+
+
+def _alltoall_finish(parts, outputs):
+    # On the output's device, as Horovod returns them (a CUDA tensor's on its GPU).
+    received = torch.tensor(parts[0].received_splits(), dtype=torch.int32, device=outputs[0].device)
+    return outputs[0], received
+
+
+def enqueue_alltoall(tensor, splits, name, process_set, what):
+    """Starts the alltoall of ``tensor``'s rows (``splits[j]`` to rank j; None:
+    even); synchronize() returns ``(output, received_splits)``."""
+    check_tensor(tensor, what)
+    psid = _ps_id(process_set, what)
+    values = splits_list(splits, what)
+    part = _C.alltoall_async(tensor, values, check_name(name, what), psid)
+    return _Handle([part], _alltoall_finish)
+
+
+def enqueue_reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor, what):
+    """Starts the reducescatter of ``tensor`` (Average or Sum); returns its core handle."""
+    check_tensor(tensor, what)
+    psid = _ps_id(process_set, what)
+    op = check_average_or_sum(op, what)
+    pre = check_factor(prescale_factor, what, "prescale_factor")
+    post = check_factor(postscale_factor, what, "postscale_factor")
+    return _C.reducescatter_async(tensor, check_name(name, what), op, pre, post, psid)
+
+
+def enqueue_grouped_reducescatter(tensors, name, op, process_set, prescale_factor, postscale_factor, what):
+    """Starts the reducescatter of a list of tensors as one group; synchronize() returns a list."""
+    check_tensors(tensors, what)
+    psid = _ps_id(process_set, what)
+    names = group_names(name, len(tensors), what)
+    op = check_average_or_sum(op, what)
+    pre = check_factor(prescale_factor, what, "prescale_factor")
+    post = check_factor(postscale_factor, what, "postscale_factor")
+    return _Handle(_C.grouped_reducescatter_async(list(tensors), names, op, pre, post, psid), _grouped)
+
+
+def enqueue_join():
+    """Starts this rank's join; returns its core handle."""
+    return _C.join_async()
+
+
+def run_barrier(process_set, what):
+    """Waits until every rank of the set has reached the barrier."""
+    _C.barrier(_ps_id(process_set, what))

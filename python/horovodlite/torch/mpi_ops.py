@@ -3,17 +3,16 @@ autograd behaviour of ``horovod.torch.mpi_ops`` (Horovod 0.28).
 
 Asynchronous functions return a handle at once; ``poll(handle)`` tells whether
 it has completed and ``synchronize(handle)`` waits and returns the result
-(handles.py). The allreduce family lives in _allreduce.py, and every
-single-tensor allreduce enters the core through _enqueue.py; this module is
-the public face (everything Horovod's mpi_ops exports) and holds the other
-collectives.
+(handles.py). The allreduce family lives in _allreduce.py; this module is the
+public face (everything Horovod's mpi_ops exports) and holds the other
+collectives. Every collective enters the core through _enqueue.py, which
+checks the arguments once (and says who checks what).
 """
 
 import torch
 
 from horovodlite.common.exceptions import HorovodInternalError  # noqa: F401  (re-exported)
-from horovodlite.common.process_sets import ProcessSet, _ps_id, _ps_rank, _ps_size, global_process_set  # noqa: F401
-from horovodlite.torch import _C
+from horovodlite.common.process_sets import ProcessSet, _ps_rank, _ps_size, global_process_set  # noqa: F401
 from horovodlite.torch._allreduce import (  # noqa: F401  (re-exported)
     HorovodAllreduce,
     HorovodGroupedAllreduce,
@@ -26,27 +25,27 @@ from horovodlite.torch._allreduce import (  # noqa: F401  (re-exported)
     grouped_allreduce_async,
     grouped_allreduce_async_,
 )
-from horovodlite.torch._checks import (
-    check_factor,
-    check_name,
-    check_op,
-    check_root,
-    check_tensor,
-    check_tensors,
-    group_names,
+from horovodlite.torch._checks import check_average_or_sum, check_name, check_tensor, check_tensors
+from horovodlite.torch._enqueue import (
+    enqueue_allgather,
+    enqueue_alltoall,
+    enqueue_broadcast,
+    enqueue_grouped_allgather,
+    enqueue_grouped_reducescatter,
+    enqueue_join,
+    enqueue_reducescatter,
+    run_barrier,
 )
 from horovodlite.torch.basics import Adasum, Average, Max, Min, Product, Sum, rank, size  # noqa: F401
 from horovodlite.torch.compression import Compression
-from horovodlite.torch.handles import _grouped, _Handle, poll, synchronize  # noqa: F401  (re-exported)
+from horovodlite.torch.handles import _Handle, poll, synchronize  # noqa: F401  (re-exported)
 
 # -------------------------------------------------------------- allgather ----
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Asynchronously concatenates every process's ``tensor`` along dimension 0
     (which may differ between processes; the other dimensions must match)."""
-    check_tensor(tensor, "allgather_async")
-    psid = _ps_id(process_set, "allgather_async")
-    return _C.allgather_async(tensor, check_name(name, "allgather_async"), psid)
+    return enqueue_allgather(tensor, name, process_set, "allgather_async")
 
 
 def _allgather_grad(grad_output, dim0, process_set):
@@ -63,10 +62,11 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
+        handle = enqueue_allgather(tensor, name, process_set, "allgather")
         ctx.dim = tensor.shape[0] if tensor.dim() > 0 else 1
         ctx.scalar = tensor.dim() == 0
         ctx.process_set = process_set
-        return synchronize(allgather_async(tensor, name, process_set))
+        return handle.synchronize()
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -76,16 +76,12 @@ class HorovodAllgather(torch.autograd.Function):
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every process's ``tensor`` along dimension 0. Differentiable."""
-    check_tensor(tensor, "allgather")
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Asynchronous allgather of a list of tensors; synchronize() returns a list."""
-    check_tensors(tensors, "grouped_allgather_async")
-    psid = _ps_id(process_set, "grouped_allgather_async")
-    names = group_names(name, len(tensors), "grouped_allgather_async")
-    return _Handle(_C.grouped_allgather_async(list(tensors), names, psid), _grouped)
+    return enqueue_grouped_allgather(tensors, name, process_set, "grouped_allgather_async")
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -93,10 +89,11 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
+        handle = enqueue_grouped_allgather(list(tensors), name, process_set, "grouped_allgather")
         ctx.dims = [t.shape[0] if t.dim() > 0 else 1 for t in tensors]
         ctx.scalars = [t.dim() == 0 for t in tensors]
         ctx.process_set = process_set
-        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+        return tuple(synchronize(handle))
 
     @staticmethod
     def backward(ctx, *grad_output):
@@ -109,7 +106,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgather of a list of tensors; returns a list. Differentiable."""
-    check_tensors(tensors, "grouped_allgather")
+    check_tensors(tensors, "grouped_allgather")  # before they are unpacked
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
@@ -146,20 +143,19 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     if tensor.layout != torch.sparse_coo:
         raise ValueError("%s: expected a sparse COO tensor (layout torch.sparse_coo), got %s"
                          % (what, tensor.layout))
-    psid = _ps_id(process_set, what)
-    op = check_op(op, what)
-    if op not in (Average, Sum):
-        raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
+    op = check_average_or_sum(op, what)
     base = check_name(name, what) or "sparse_allreduce.noname.%d" % _next_sparse_id()
+    n = _ps_size(process_set, what)
     # allgather concatenates along dimension 0: indices travel as (nnz, sparse_dim).
     indices = tensor._indices().t().contiguous()
     values = tensor._values().contiguous()
     # The size travels too (a few bytes, fused with the rest) so that ranks that
     # disagree about it get an error instead of a tensor with foreign indices.
     shape = torch.tensor(list(tensor.shape), dtype=torch.int64)
-    parts = [_C.allgather_async(indices, base + ".indices", psid), _C.allgather_async(values, base + ".values", psid),
-             _C.allgather_async(shape, base + ".size", psid)]
-    return _Handle(parts, _sparse_finish(tensor, op, _ps_size(process_set, what)))
+    parts = [enqueue_allgather(indices, base + ".indices", process_set, what),
+             enqueue_allgather(values, base + ".values", process_set, what),
+             enqueue_allgather(shape, base + ".size", process_set, what)]
+    return _Handle(parts, _sparse_finish(tensor, op, n))
 
 
 _sparse_ids = [0]
@@ -175,18 +171,12 @@ def _next_sparse_id():
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Asynchronously returns root_rank's ``tensor`` on every process (the input
     is not modified)."""
-    check_tensor(tensor, "broadcast_async")
-    check_root(root_rank, "broadcast_async")
-    psid = _ps_id(process_set, "broadcast_async")
-    return _C.broadcast_async(tensor, root_rank, check_name(name, "broadcast_async"), False, psid)
+    return enqueue_broadcast(tensor, root_rank, name, process_set, False, "broadcast_async")
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place form of broadcast_async(): ``tensor`` receives root's value."""
-    check_tensor(tensor, "broadcast_async_")
-    check_root(root_rank, "broadcast_async_")
-    psid = _ps_id(process_set, "broadcast_async_")
-    return _C.broadcast_async(tensor, root_rank, check_name(name, "broadcast_async_"), True, psid)
+    return enqueue_broadcast(tensor, root_rank, name, process_set, True, "broadcast_async_")
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -196,7 +186,7 @@ class HorovodBroadcast(torch.autograd.Function):
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+        return enqueue_broadcast(tensor, root_rank, name, process_set, False, "broadcast").synchronize()
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -208,7 +198,6 @@ class HorovodBroadcast(torch.autograd.Function):
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns root_rank's ``tensor`` on every process. Differentiable."""
-    check_tensor(tensor, "broadcast")
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
@@ -219,55 +208,11 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # --------------------------------------------------------------- alltoall ----
 
-def _splits_list(tensor, splits, what, n=None):
-    if splits is None:
-        return []
-    if isinstance(splits, torch.Tensor):
-        # ValueError (not TypeError) for a bad dtype, as Horovod.
-        if splits.dim() != 1 or splits.dtype.is_floating_point or splits.dtype.is_complex \
-                or splits.dtype == torch.bool:
-            raise ValueError("%s: splits must be a 1-D integer tensor or a list of ints, got a %d-D %s tensor"
-                             % (what, splits.dim(), splits.dtype))
-        values = [int(v) for v in splits.tolist()]
-    elif isinstance(splits, (list, tuple)):
-        if any(isinstance(v, bool) or not isinstance(v, int) for v in splits):
-            raise ValueError("%s: splits must contain ints, got %r" % (what, list(splits)))
-        values = list(splits)
-    else:
-        raise TypeError("%s: splits must be None, a list of ints or an integer tensor, got %s"
-                        % (what, type(splits).__name__))
-    n = size() if n is None else n
-    if len(values) != n:
-        raise ValueError("%s: splits has %d entries; it needs one per rank (%d)" % (what, len(values), n))
-    if any(v < 0 for v in values):
-        raise ValueError("%s: splits must be non-negative, got %s" % (what, values))
-    dim0 = tensor.shape[0] if tensor.dim() > 0 else 1
-    if sum(values) != dim0:
-        raise ValueError("%s: splits sum to %d but the tensor's first dimension is %d" % (what, sum(values), dim0))
-    return values
-
-
-def _alltoall_finish(parts, outputs):
-    # On the output's device, as Horovod returns them (a CUDA tensor's on its GPU).
-    received = torch.tensor(parts[0].received_splits(), dtype=torch.int32, device=outputs[0].device)
-    return outputs[0], received
-
-
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Asynchronously sends rows of dimension 0 to every process: ``splits[j]``
     rows to rank j (even split when None). synchronize() returns
     ``(output, received_splits)``."""
-    check_tensor(tensor, "alltoall_async")
-    psid = _ps_id(process_set, "alltoall_async")
-    n = _ps_size(process_set, "alltoall_async")
-    values = _splits_list(tensor, splits, "alltoall_async", n)
-    if not values:
-        dim0 = tensor.shape[0] if tensor.dim() > 0 else 1
-        if dim0 % n != 0:
-            raise ValueError("alltoall_async: without splits the first dimension (%d) must be divisible by the "
-                             "number of ranks (%d)" % (dim0, n))
-    part = _C.alltoall_async(tensor, values, check_name(name, "alltoall_async"), psid)
-    return _Handle([part], _alltoall_finish)
+    return enqueue_alltoall(tensor, splits, name, process_set, "alltoall_async")
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -275,7 +220,7 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
-        output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+        output, received_splits = synchronize(enqueue_alltoall(tensor, splits, name, process_set, "alltoall"))
         ctx.process_set = process_set
         ctx.recvsplits = received_splits
         if splits is None:
@@ -293,33 +238,18 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Scatters rows of ``tensor`` to every process and gathers theirs.
     Returns the gathered tensor, and when ``splits`` is given also the tensor of
     rows received from each rank. Differentiable."""
-    check_tensor(tensor, "alltoall")
     return HorovodAlltoall.apply(tensor, splits, name, process_set)
 
 
 # ---------------------------------------------------------- reducescatter ----
-
-def _reducescatter_op(op, what):
-    op = check_op(op, what)
-    if op not in (Average, Sum):
-        raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
-    return op
-
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
     """Asynchronously reduces ``tensor`` across processes and scatters
     dimension 0: rank r keeps its block of rows (the first ``dim0 % size``
     ranks get one row more)."""
-    what = "reducescatter_async"
-    check_tensor(tensor, what)
-    psid = _ps_id(process_set, what)
-    op = _reducescatter_op(op, what)
-    if tensor.dim() == 0:
-        raise ValueError("%s: the tensor needs at least one dimension" % what)
-    pre = check_factor(prescale_factor, what, "prescale_factor")
-    post = check_factor(postscale_factor, what, "postscale_factor")
-    return _C.reducescatter_async(tensor, check_name(name, what), op, pre, post, psid)
+    return enqueue_reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor,
+                                 "reducescatter_async")
 
 
 def _reducescatter_grad(grad_output, op, prescale_factor, postscale_factor, process_set):
@@ -340,7 +270,8 @@ class HorovodReducescatter(torch.autograd.Function):
         ctx.process_set = process_set
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
-        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+        return enqueue_reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor,
+                                     "reducescatter").synchronize()
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -353,7 +284,8 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces ``tensor`` across processes and returns this rank's block of
     dimension 0. Differentiable."""
-    check_tensor(tensor, "reducescatter")
+    if compression is not Compression.none:
+        check_tensor(tensor, "reducescatter")  # before the compressor sees it
     compressed, ctx = compression.compress(tensor)
     out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, ctx)
@@ -362,17 +294,8 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronous reducescatter of a list of tensors; synchronize() returns a list."""
-    what = "grouped_reducescatter_async"
-    check_tensors(tensors, what)
-    psid = _ps_id(process_set, what)
-    names = group_names(name, len(tensors), what)
-    op = _reducescatter_op(op, what)
-    for t in tensors:
-        if t.dim() == 0:
-            raise ValueError("%s: every tensor needs at least one dimension" % what)
-    pre = check_factor(prescale_factor, what, "prescale_factor")
-    post = check_factor(postscale_factor, what, "postscale_factor")
-    return _Handle(_C.grouped_reducescatter_async(list(tensors), names, op, pre, post, psid), _grouped)
+    return enqueue_grouped_reducescatter(tensors, name, op, process_set, prescale_factor, postscale_factor,
+                                         "grouped_reducescatter_async")
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
@@ -384,8 +307,8 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
         ctx.process_set = process_set
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
-        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set,
-                                                             prescale_factor, postscale_factor)))
+        return tuple(synchronize(enqueue_grouped_reducescatter(list(tensors), name, op, process_set, prescale_factor,
+                                                               postscale_factor, "grouped_reducescatter")))
 
     @staticmethod
     def backward(ctx, *grad_output):
@@ -397,7 +320,7 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatter of a list of tensors; returns a list. Differentiable."""
-    check_tensors(tensors, "grouped_reducescatter")
+    check_tensors(tensors, "grouped_reducescatter")  # before they are unpacked and compressed
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
     outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
                                              *compressed)
@@ -420,11 +343,11 @@ def join(device=-1):
         raise TypeError("join: device must be an int, got %s" % type(device).__name__)
     if device < -1:
         raise ValueError("join: device must be -1 (CPU) or a device id >= 0, got %d" % device)
-    handle = _C.join_async()
+    handle = enqueue_join()
     handle.synchronize()
     return handle.last_joined_rank()
 
 
 def barrier(process_set=global_process_set):
     """Blocks until every rank has reached the barrier."""
-    _C.barrier(_ps_id(process_set, "barrier"))
+    run_barrier(process_set, "barrier")

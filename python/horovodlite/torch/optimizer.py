@@ -35,6 +35,7 @@ from contextlib import contextmanager
 import torch
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
+from horovodlite.torch._checks import check_average_or_sum
 from horovodlite.torch._compat import backward_pass_key, eager, register_grad_ready_hook
 from horovodlite.torch._enqueue import enqueue_allreduce
 from horovodlite.torch._sparse_grads import SparseGradients
@@ -215,9 +216,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                                      and tensor.dtype in (torch.float32, torch.float64)):
             # In place (Horovod's allreduce_async_); fp16: converted inside the
             # core while packing for the wire and back while unpacking, no copy here.
-            handle = enqueue_allreduce(tensor, name=name, op=self.op, process_set=self.process_set,
-                                       prescale_factor=pre, postscale_factor=post, in_place=True,
-                                       compression=self._compression, what="DistributedOptimizer")
+            handle = enqueue_allreduce(tensor, name, self.op, self.process_set, pre, post, True, self._compression,
+                                       None, "DistributedOptimizer")
             return _Pending(handle, _IN_PLACE)
         compressed, ctx = self._compression.compress(tensor)
         handle = allreduce_async(compressed, name=name, op=self.op, prescale_factor=pre,
@@ -425,8 +425,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if op == Adasum:  # the update, not the gradient, is combined (_adasum_optimizer.py)
         from horovodlite.torch._adasum_optimizer import adasum_optimizer
         return adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step, process_set)
-    if op not in (Average, Sum):
-        raise ValueError("DistributedOptimizer: op must be hvd.Average or hvd.Sum")
+    check_average_or_sum(op, "DistributedOptimizer")
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
                       DeprecationWarning, stacklevel=2)
