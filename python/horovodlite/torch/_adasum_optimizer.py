@@ -39,8 +39,8 @@ from contextlib import contextmanager
 import torch
 
 from horovodlite.common.process_sets import global_process_set
-from horovodlite.torch._compat import register_grad_ready_hook
 from horovodlite.torch._enqueue import enqueue_allreduce
+from horovodlite.torch._optimizer_base import _TOO_MANY_PASSES, _HorovodOptimizer, wrap
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.mpi_ops import Adasum, size, synchronize
 
@@ -51,57 +51,18 @@ _BATCH_PARAMS = 16
 _BATCH_BYTES = 1 << 20
 
 
-class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+class _DistributedAdasumOptimizer(_HorovodOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
         super(self.__class__, self).__init__(params)
         self._compression = compression
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%s.%s" % (i, j), v)
-                                for i, param_group in enumerate(self.param_groups)
-                                for j, v in enumerate(param_group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({k for k in names if names.count(k) > 1})
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
-                             % ", ".join(dups))
-        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
-        unnamed = all_ids - {id(v) for _, v in named_parameters}
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not "
-                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
-        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
-                or backward_passes_per_step < 1:
-            raise ValueError("backward_passes_per_step must be a positive int, got %r" % (backward_passes_per_step,))
-
-        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
-        self.backward_passes_per_step = backward_passes_per_step
-        self._allreduce_delay = {v: backward_passes_per_step for _, v in named_parameters}
+        named_parameters = self._set_named_parameters(named_parameters, backward_passes_per_step)
         self._handles = {}              # parameter -> (handle, compression ctx), or (None, None) until sent
-        self._grad_hooks = []
-        self._requires_update = set()
         self._ready = []                # stepped and sent together (_send_ready)
         self._ready_bytes = 0
         # Each parameter's value before its local step (the update is applied to it).
         self._starting_models = {p: torch.zeros_like(p, requires_grad=False) for _, p in named_parameters}
         if size() > 1:
-            self._register_hooks()
-
-    def set_backward_passes_per_step(self, passes):
-        self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes
-
-    def _register_hooks(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.requires_grad:
-                    self._requires_update.add(p)
-                    self._grad_hooks.append(register_grad_ready_hook(p, self._make_hook(p)))
+            self._hook_parameters()
 
     def _step_some(self, ps):
         """The wrapped optimizer's step on the parameters ps alone (the others hidden)."""
@@ -141,9 +102,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         def hook(*ignore):
             # (A delay of 0: p's update is ready or sent already.)
             if self._allreduce_delay[p] <= 0:
-                raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
-                                     "call to step(). Increase backward_passes_per_step to accumulate gradients "
-                                     "locally.")
+                raise AssertionError(_TOO_MANY_PASSES)
             self._allreduce_delay[p] -= 1
             if self._allreduce_delay[p] == 0:
                 self._mark_ready(p)
@@ -159,10 +118,6 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     @contextmanager
     def skip_synchronize(self):
         raise AssertionError("Skipping synchronization is not supported when using Adasum optimizer.")
-
-    def _step_locally(self, closure=None):
-        """The wrapped optimizer's step, without allreducing (broadcast_optimizer_state)."""
-        return super(self.__class__, self).step(closure)
 
     def step(self, closure=None):
         if size() == 1:
@@ -189,18 +144,10 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         self._handles.clear()
         return loss
 
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
-                                 "cause a race condition.")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
-
 
 def adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step, process_set):
     """DistributedOptimizer's op=Adasum case (the arguments as there)."""
     if process_set is not global_process_set:
         raise NotImplementedError("DistributedOptimizer: Adasum does not support non-global process sets yet "
                                   "(as Horovod)")
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
+    return wrap(optimizer, _DistributedAdasumOptimizer, named_parameters, compression, backward_passes_per_step)

@@ -36,8 +36,9 @@ import torch
 
 from horovodlite.common.process_sets import _ps_id, global_process_set
 from horovodlite.torch._checks import check_average_or_sum
-from horovodlite.torch._compat import backward_pass_key, eager, register_grad_ready_hook
+from horovodlite.torch._compat import backward_pass_key
 from horovodlite.torch._enqueue import enqueue_allreduce
+from horovodlite.torch._optimizer_base import _TOO_MANY_PASSES, _HorovodOptimizer, wrap
 from horovodlite.torch._sparse_grads import SparseGradients
 from horovodlite.torch.compression import Compression
 from horovodlite.torch.functions import broadcast_object
@@ -67,39 +68,13 @@ class _Pending:
         self.ctx = ctx
 
 
-class _DistributedOptimizer(torch.optim.Optimizer):
+class _DistributedOptimizer(_HorovodOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
                  process_set=global_process_set):
         super(self.__class__, self).__init__(params)
         self._compression = compression
-
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%s.%s" % (i, j), v)
-                                for i, param_group in enumerate(self.param_groups)
-                                for j, v in enumerate(param_group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        dups = _DistributedOptimizer.find_duplicates([k for k, _ in named_parameters])
-        if len(dups) > 0:
-            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
-                             % ", ".join(dups))
-        all_param_ids = {id(v) for param_group in self.param_groups for v in param_group["params"]}
-        named_param_ids = {id(v) for k, v in named_parameters}
-        unnamed_param_ids = all_param_ids - named_param_ids
-        if len(unnamed_param_ids):
-            raise ValueError("named_parameters was specified, but one or more model parameters were not "
-                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed_param_ids))
-
-        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
-                or backward_passes_per_step < 1:
-            raise ValueError("backward_passes_per_step must be a positive int, got %r" % (backward_passes_per_step,))
-        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
-        self.backward_passes_per_step = backward_passes_per_step
-        self._allreduce_delay = {v: self.backward_passes_per_step for _, v in named_parameters}
+        self._set_named_parameters(named_parameters, backward_passes_per_step)
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
@@ -107,8 +82,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.process_set = process_set
 
         self._handles = {}          # parameter (or group tuple) -> _Pending, or None until sent
-        self._grad_hooks = []      # keep the gradient-ready hooks registered
-        self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
         self._pass_key = None       # what identifies the current backward pass (_compat)
@@ -137,16 +110,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if process_set.included() is not False and (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"):
             self._register_hooks()
 
-    @staticmethod
-    def find_duplicates(lst):
-        seen = set()
-        dups = set()
-        for el in lst:
-            if el in seen:
-                dups.add(el)
-            seen.add(el)
-        return dups
-
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
         self._synchronized = False
@@ -155,11 +118,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
         super(self.__class__, self).load_state_dict(*args, **kwargs)
-
-    def set_backward_passes_per_step(self, passes):
-        self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = self.backward_passes_per_step
 
     def _register_hooks(self):
         if self._groups is not None:
@@ -186,13 +144,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 for p in group:
                     self._p_to_group[p] = group
                 self._group_counts[group] = 0
-
-        for param_group in self.param_groups:
-            for p in param_group["params"]:
-                if p.requires_grad:
-                    self._requires_update.add(p)
-                    self._grad_hooks.append(register_grad_ready_hook(p, self._make_hook(p)))
-                    p.register_hook(eager(self._make_piece_hook(p)))
+        self._hook_parameters(self._make_piece_hook)
 
     def _scale_factors(self):
         if self.op == Average:
@@ -287,9 +239,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 return
             if p in self._handles and self._handles[p] is not None:
                 if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        "Gradients were computed more than backward_passes_per_step times before call to "
-                        "step(). Increase backward_passes_per_step to accumulate gradients locally.")
+                    raise AssertionError(_TOO_MANY_PASSES)
             assert not p.grad.requires_grad
             assert self._allreduce_delay[p] > 0
             pending = None
@@ -377,11 +327,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         finally:
             self._should_synchronize = True
 
-    def _step_locally(self, closure=None):
-        """The wrapped optimizer's step, without allreducing (for initialising
-        state on one rank, e.g. by broadcast_optimizer_state)."""
-        return super(self.__class__, self).step(closure)
-
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
@@ -392,13 +337,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
-
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
-                                 "cause a race condition.")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
@@ -431,6 +369,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                       DeprecationWarning, stacklevel=2)
         if groups is None:
             groups = num_groups
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    return wrap(optimizer, _DistributedOptimizer, named_parameters, compression, backward_passes_per_step, op,
+                gradient_predivide_factor, groups, sparse_as_dense, process_set)
