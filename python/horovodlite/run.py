@@ -25,13 +25,12 @@ import argparse
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 
 from horovodlite import __version__
 from horovodlite.runner import hosts as hosts_util
 from horovodlite.runner import mpi_run, reachability
-from horovodlite.runner.launch_args import host_list, interfaces, ssh_args
+from horovodlite.runner.launch_args import call, host_list, interfaces, ssh_args
 from horovodlite.runner.testbed import Testbed, TestbedError
 
 LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"]
@@ -446,13 +445,7 @@ def gloo_main(parser, args, argv):
         # launcher itself runs in the testbed's launch namespace.
         env = dict(os.environ, HVL_LAUNCH_NS=testbed.launch_ns)
         cmd = testbed.mpirun_prefix() + [sys.executable, "-m", "horovodlite.run"] + list(argv)
-        if args.verbose:
-            print("horovodlite-run: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
-        try:
-            rc = subprocess.call(cmd, env=env)
-        except KeyboardInterrupt:
-            return 130
-        return 128 - rc if rc < 0 else rc
+        return call(cmd, env, args.verbose)
 
     is_local = (lambda name: False) if testbed else hosts_util.is_local
     remote = [name for name, _ in hosts if not is_local(name)] if not (elastic and args.discovery_script) else []

@@ -1,8 +1,25 @@
 """What horovodlite-run's flags say about where and how the ranks start, read
 the same way by both launchers (runner/mpi_run.py and runner/gloo_run.py, through
-run.py): the host list, the network interfaces and the ssh arguments."""
+run.py): the host list, the network interfaces and the ssh arguments; and how
+a launcher runs the command it built."""
+
+import shlex
+import subprocess
+import sys
 
 from horovodlite.runner import hosts as hosts_util
+
+
+def call(cmd, env, verbose):
+    """Runs `cmd` (printed first when `verbose`) and returns its exit code:
+    128 + N when it dies of signal N, 130 when interrupted here."""
+    if verbose:
+        print("horovodlite-run: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+    try:
+        rc = subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return 130
+    return 128 - rc if rc < 0 else rc
 
 
 def interfaces(args):

@@ -11,12 +11,10 @@ them too; local ranks inherit mpirun's environment, worker_env.rank_environment)
 
 import os
 import shlex
-import subprocess
-import sys
 
 from horovodlite.runner import hosts as hosts_util
 from horovodlite.runner import mpi_flags, worker_env
-from horovodlite.runner.launch_args import host_list, interfaces, ssh_args
+from horovodlite.runner.launch_args import call, host_list, interfaces, ssh_args
 
 
 def _is_root():
@@ -93,10 +91,4 @@ def launch_mpi(args, job_env, testbed=None, hosts=None):
     if _is_root():
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    if args.verbose:
-        print("horovodlite-run: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
-    try:
-        rc = subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 130
-    return 128 - rc if rc < 0 else rc
+    return call(cmd, env, args.verbose)
