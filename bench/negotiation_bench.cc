@@ -18,8 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "mpi_context.h"
-#include "recursive_doubling.h"
+#include "mpi/mpi_world.h"
+#include "negotiation/recursive_doubling.h"
+#include "world.h"
 
 namespace hvl = horovodlite;
 
@@ -30,13 +31,13 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--words") == 0) words = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
   }
-  hvl::MpiContext mpi;
-  hvl::Status s = mpi.init(nullptr);
+  hvl::World mpi;
+  hvl::Status s = mpi.init_mpi(nullptr);
   if (!s.ok()) {
     std::fprintf(stderr, "init: %s\n", s.message().c_str());
     return 1;
   }
-  hvl::RecursiveDoubling rd(mpi.host_comm(), mpi.eager_message_bytes());
+  hvl::RecursiveDoubling rd(mpi.host_wire(), mpi.eager_message_bytes());
   std::vector<uint64_t> v(words, ~uint64_t(0));
   const auto band = [words](const uint64_t* in, uint64_t* inout) {
     for (size_t w = 0; w < words; ++w) inout[w] &= in[w];
@@ -45,14 +46,15 @@ int main(int argc, char** argv) {
   for (int method = 0; method < 3; ++method) {
     double us = 0;
     for (int round = 0; round < 2; ++round) {
-      MPI_Barrier(mpi.comm());
+      MPI_Barrier(mpi.mpi()->comm());
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) {
         if (method == 0) {
-          MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(words), MPI_UINT64_T, MPI_BAND, mpi.comm());
+          MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(words), MPI_UINT64_T, MPI_BAND, mpi.mpi()->comm());
         } else if (method == 1) {
           MPI_Request req;
-          MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(words), MPI_UINT64_T, MPI_BAND, mpi.comm(), &req);
+          MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(words), MPI_UINT64_T, MPI_BAND, mpi.mpi()->comm(),
+                         &req);
           s = hvl::mpi_wait(&req, "MPI_Iallreduce");
         } else {
           s = rd.run(v.data(), words, band);

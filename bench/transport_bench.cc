@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "horovodlite/config.h"
+#include "mpi/mpi_transport.h"
 #include "ops/ring_allreduce.h"
-#include "transport/mpi_transport.h"
 #if HVL_HAVE_GLOO
 #include "transport/gloo_transport.h"
 #endif

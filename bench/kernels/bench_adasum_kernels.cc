@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "host_memory.h"
-#include "ops/adasum.h"
+#include "mpi/adasum.h"
 #include "ops/adasum_kernels.h"
 
 namespace ak = horovodlite::adasum_kernels;

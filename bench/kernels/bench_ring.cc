@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "kernels/reduce.h"
+#include "mpi/mpi_transport.h"
 #include "ops/ring_allreduce.h"
 
 using horovodlite::DataType;
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
   if (argc > 4 && std::atoi(argv[4]) > 0) options.pipeline_depth = std::atoi(argv[4]);
   const int64_t count = static_cast<int64_t>(mib * (1 << 20) / 4);
   std::vector<float> buf(count, 1.0f);
-  RingAllreduce ring(comm, options);
+  RingAllreduce ring(std::make_shared<horovodlite::transport::MpiTransport>(comm), options);
 
   const Timing t_mpi = time_runs(iterations, comm, [&] {
     MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm);

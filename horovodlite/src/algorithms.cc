@@ -1,22 +1,25 @@
 // The registry listing: every algorithm of this build, most preferred first in
 // each (op, placement) list; the last of each list is always enabled. This is the
-// one file that knows whether CUDA and NCCL are built in. Adding an algorithm:
+// one file that knows whether MPI, CUDA and NCCL are built in. Adding an algorithm:
 // its own file pair, and one line here (docs/architecture.md).
 #include "algorithms.h"
 
-#include "ops/adasum.h"
+#include <algorithm>
+
+#include "logging.h"
 #include "ops/fusion.h"
 #include "ops/hierarchical_allgather.h"
 #include "ops/hierarchical_allreduce.h"
 #include "ops/host_allreduce.h"
-#include "ops/mpi_allgather.h"
-#include "ops/mpi_allreduce.h"
-#include "ops/mpi_alltoall.h"
-#include "ops/mpi_broadcast.h"
-#include "ops/mpi_reducescatter.h"
 #include "ops/ring_backend.h"
 #include "ops/transport_algorithms.h"
 #include "ops/voted_allreduce.h"
+#if HVL_HAVE_MPI
+#include "mpi/adasum.h"
+#include "mpi/mpi_algorithms.h"
+#include "mpi/mpi_hierarchical.h"
+#include "mpi/ring_segment.h"
+#endif
 #if HVL_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -41,9 +44,9 @@ constexpr Placement kHost = Placement::kHost;
 #if HVL_HAVE_CUDA
 constexpr Placement kDevice = Placement::kDevice;
 
-void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& config,
+void add_device_algorithms(Registry& reg, const World& world, const Config& config,
                            std::vector<HostAllreduce*> host_allreduce) {
-  auto ctx = std::make_shared<cuda::DeviceContext>(mpi, config);
+  auto ctx = std::make_shared<cuda::DeviceContext>(world, config);
   reg.keep(ctx);
   // The host-staged algorithms run the host's choice on pinned copies.
   cuda::HostRunFn on_host = [r = &reg](const OpArgs& a) {
@@ -64,7 +67,7 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
   const bool nccl = config.gpu_operations == Config::GpuOperations::kNccl;
   reg.add(OpType::kAllreduce, kDevice, std::make_unique<cuda::HostStagedAdasum>(ctx, on_host));  // op Adasum
   if (nccl && config.hierarchical_allreduce == Config::Hierarchical::kOn) {
-    reg.add(OpType::kAllreduce, kDevice, std::make_unique<cuda::NcclHierarchicalAllreduce>(ctx, mpi));  // multi-node
+    reg.add(OpType::kAllreduce, kDevice, std::make_unique<cuda::NcclHierarchicalAllreduce>(ctx, world));  // multi-node
   }
   if (nccl) {
     reg.add(OpType::kAllreduce, kDevice, std::make_unique<cuda::NcclAllreduce>(ctx));
@@ -80,10 +83,12 @@ void add_device_algorithms(Registry& reg, const MpiContext& mpi, const Config& c
 }
 #endif
 
-// A job without MPI (Gloo): the project's own algorithms over the transport.
-// Not yet here: Adasum and device (CUDA) tensors, which are built on MPI
-// communicators (docs/transport.md).
-std::unique_ptr<Registry> make_transport_registry(const MpiContext& mpi, const Config& config) {
+constexpr int64_t kDirectTcpSegmentBytes = int64_t{64} << 10;
+
+// A world on the transport (Gloo): the project's own algorithms. Not here:
+// Adasum and device (CUDA) tensors, which are built on MPI communicators
+// (docs/transport.md).
+std::unique_ptr<Registry> make_transport_registry(const World& world, const Config& config) {
   auto reg = std::make_unique<Registry>();
   auto fusion = std::make_shared<FusionBuffer>();
   reg->add(OpType::kAllreduce, kHost,
@@ -91,22 +96,29 @@ std::unique_ptr<Registry> make_transport_registry(const MpiContext& mpi, const C
                ReduceOp::kAdasum,
                "Adasum needs an MPI job in this version (start it with mpirun or horovodlite-run "
                "without --gloo), this job runs on Gloo"));
-  reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(world));  // reduced in the negotiation already
   // Several hosts alike, large messages (or as configured): three steps over splits of the transport.
-  reg->add(OpType::kAllreduce, kHost, std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));
-  reg->add(OpType::kAllreduce, kHost, std::make_unique<RingBackend>(mpi, config, fusion));            // every size
-  reg->add(OpType::kAllgather, kHost, std::make_unique<HierarchicalAllgather>(mpi, config, fusion));  // several hosts
-  reg->add(OpType::kAllgather, kHost, std::make_unique<TransportAllgather>(mpi, fusion));
-  reg->add(OpType::kBroadcast, kHost, std::make_unique<TransportBroadcast>(mpi));
-  reg->add(OpType::kAlltoall, kHost, std::make_unique<TransportAlltoall>(mpi));
-  reg->add(OpType::kReducescatter, kHost, std::make_unique<TransportReducescatter>(mpi, fusion));
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<HierarchicalAllreduce>(world, config, fusion));
+  // The ring serves every size (there is no MPI_Allreduce to fall back on).
+  // Across hosts over our own TCP connections, 64 KiB segments, as MPI's ring
+  // there (mpi/ring_segment.h; docs/transport.md).
+  RingAllreduceOptions ring;
+  ring.segment_bytes = config.ring_segment_bytes;
+  if (config.gloo.direct_tcp && world.local_size() < world.size()) {
+    ring.segment_bytes = std::min<int64_t>(ring.segment_bytes, kDirectTcpSegmentBytes);
+  }
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<RingBackend>(world, 0, ring, fusion));
+  reg->add(OpType::kAllgather, kHost, std::make_unique<HierarchicalAllgather>(world, config, fusion));  // several hosts
+  reg->add(OpType::kAllgather, kHost, std::make_unique<TransportAllgather>(world, fusion));
+  reg->add(OpType::kBroadcast, kHost, std::make_unique<TransportBroadcast>(world));
+  reg->add(OpType::kAlltoall, kHost, std::make_unique<TransportAlltoall>(world));
+  reg->add(OpType::kReducescatter, kHost, std::make_unique<TransportReducescatter>(world, fusion));
   return reg;
 }
 
-}  // namespace
-
-std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& config) {
-  if (!mpi.uses_mpi()) return make_transport_registry(mpi, config);
+#if HVL_HAVE_MPI
+// An MPI world: MPI's collectives, with ours where they are faster.
+std::unique_ptr<Registry> make_mpi_registry(const World& world, const Config& config) {
   auto reg = std::make_unique<Registry>();
   auto fusion = std::make_shared<FusionBuffer>();  // one host fusion buffer for every host algorithm
   // Host allreduces go into the registry and, typed, into the list the
@@ -116,22 +128,43 @@ std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& con
     host_allreduce.push_back(a.get());
     reg->add(OpType::kAllreduce, kHost, std::move(a));
   };
-  // Adasum responses (ops/adasum.h); enabled for no other op.
-  reg->add(OpType::kAllreduce, kHost, std::make_unique<AdasumAllreduce>(mpi, fusion));
+  // Adasum responses (mpi/adasum.h); enabled for no other op.
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<AdasumAllreduce>(world, fusion));
 
-  reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(mpi));  // reduced in the negotiation already
-  allreduce(std::make_unique<HierarchicalAllreduce>(mpi, config, fusion));     // several hosts, large messages
-  allreduce(std::make_unique<RingBackend>(mpi, config, fusion));               // large messages
-  allreduce(std::make_unique<MpiAllreduce>(mpi, fusion));                      // everything else
-  reg->add(OpType::kAllgather, kHost, std::make_unique<HierarchicalAllgather>(mpi, config, fusion));  // several hosts
-  reg->add(OpType::kAllgather, kHost, std::make_unique<MpiAllgather>(mpi, fusion));
-  reg->add(OpType::kBroadcast, kHost, std::make_unique<MpiBroadcast>(mpi));
-  reg->add(OpType::kAlltoall, kHost, std::make_unique<MpiAlltoall>(mpi));
-  reg->add(OpType::kReducescatter, kHost, std::make_unique<MpiReducescatter>(mpi, fusion));
+  reg->add(OpType::kAllreduce, kHost, std::make_unique<VotedAllreduce>(world));  // reduced in the negotiation already
+  allreduce(std::make_unique<MpiHierarchicalAllreduce>(world, config, fusion));  // several hosts, large messages
+  // The ring for large messages (from RING_THRESHOLD; -1: never), with
+  // segments that go eagerly across hosts.
+  RingAllreduceOptions ring;
+  int64_t ring_from = world.size() < 2 ? -1 : config.ring_threshold_bytes;
+  if (ring_from >= 0) {
+    const Status s = mpi_ring_options(world, config, &ring);
+    if (!s.ok()) {
+      HVL_LOG(kWarning, "the ring allreduce is disabled, MPI_Allreduce serves every size: " << s.message());
+      ring_from = -1;
+    }
+  }
+  allreduce(std::make_unique<RingBackend>(world, ring_from, ring, fusion));
+  allreduce(std::make_unique<MpiAllreduce>(world, fusion));  // everything else
+  reg->add(OpType::kAllgather, kHost, std::make_unique<MpiHierarchicalAllgather>(world, config, fusion));
+  reg->add(OpType::kAllgather, kHost, std::make_unique<MpiAllgather>(world, fusion));
+  reg->add(OpType::kBroadcast, kHost, std::make_unique<MpiBroadcast>(world));
+  reg->add(OpType::kAlltoall, kHost, std::make_unique<MpiAlltoall>(world));
+  reg->add(OpType::kReducescatter, kHost, std::make_unique<MpiReducescatter>(world, fusion));
 #if HVL_HAVE_CUDA
-  add_device_algorithms(*reg, mpi, config, host_allreduce);
+  add_device_algorithms(*reg, world, config, host_allreduce);
 #endif
   return reg;
+}
+#endif
+
+}  // namespace
+
+std::unique_ptr<Registry> make_registry(const World& world, const Config& config) {
+#if HVL_HAVE_MPI
+  if (world.mpi() != nullptr) return make_mpi_registry(world, config);
+#endif
+  return make_transport_registry(world, config);
 }
 
 #if HVL_HAVE_CUDA

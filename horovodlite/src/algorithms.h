@@ -7,15 +7,15 @@
 #include <string>
 
 #include "horovodlite/config.h"
-#include "mpi_context.h"
 #include "ops/registry.h"
+#include "world.h"
 
 namespace horovodlite {
 
-// Collective over mpi.comm(): every rank builds the same lists in the same order
+// Collective over the world's ranks: every rank builds the same lists in the same order
 // (some algorithms set up communicators). Device resources are created lazily,
 // at the first device response.
-std::unique_ptr<Registry> make_registry(const MpiContext& mpi, const Config& config);
+std::unique_ptr<Registry> make_registry(const World& world, const Config& config);
 
 // OK when `device` names a CUDA device this build and process can use; an error
 // naming the tensor otherwise (Unimplemented in builds without CUDA).

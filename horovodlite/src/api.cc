@@ -13,7 +13,7 @@
 #include "job_failure.h"
 #include "logging.h"
 #include "op_util.h"
-#include "ops/adasum.h"
+#include "ops/adasum_kernels.h"
 #include "runtime.h"
 
 namespace horovodlite {
@@ -97,7 +97,7 @@ Status check_adasum(const std::string& name, DataType dtype, const ProcessSet& p
         process_set.id() == 0 ? "the world size is " : "process set " + std::to_string(process_set.id()) + " has ";
     return Status::InvalidArgument("tensor '" + name + "': Adasum needs a power-of-two number of ranks, but " + where +
                                    std::to_string(set.size()) + " (on rank " +
-                                   std::to_string(current_runtime()->mpi().rank()) + ")");
+                                   std::to_string(current_runtime()->world().rank()) + ")");
   }
   return Status::OK();
 }
@@ -168,35 +168,35 @@ bool is_initialized() { return current_runtime() != nullptr; }
 
 namespace {
 bool on_gloo() {
-  if (auto rt = current_runtime()) return !rt->mpi().uses_mpi();
+  if (auto rt = current_runtime()) return rt->world().mpi() == nullptr;
   Config c;
   return Config::from_env(&c).ok() && c.transport == Config::Transport::kGloo;
 }
 }  // namespace
 
-bool mpi_enabled() { return !on_gloo(); }
+bool mpi_enabled() { return mpi_built() && !on_gloo(); }
 bool gloo_enabled() { return on_gloo(); }
 
 bool cuda_built() { return device_backend_built(); }
 int nccl_version() { return device_nccl_version(); }
 int cuda_device_count() { return device_count(); }
 
-#define HVL_MPI_QUERY(fn, member)        \
-  int fn() {                             \
-    auto rt = current_runtime();         \
-    return rt ? rt->mpi().member() : -1; \
+#define HVL_WORLD_QUERY(fn, member)        \
+  int fn() {                               \
+    auto rt = current_runtime();           \
+    return rt ? rt->world().member() : -1; \
   }
-HVL_MPI_QUERY(rank, rank)
-HVL_MPI_QUERY(size, size)
-HVL_MPI_QUERY(local_rank, local_rank)
-HVL_MPI_QUERY(local_size, local_size)
-HVL_MPI_QUERY(cross_rank, cross_rank)
-HVL_MPI_QUERY(cross_size, cross_size)
-#undef HVL_MPI_QUERY
+HVL_WORLD_QUERY(rank, rank)
+HVL_WORLD_QUERY(size, size)
+HVL_WORLD_QUERY(local_rank, local_rank)
+HVL_WORLD_QUERY(local_size, local_size)
+HVL_WORLD_QUERY(cross_rank, cross_rank)
+HVL_WORLD_QUERY(cross_size, cross_size)
+#undef HVL_WORLD_QUERY
 
 bool mpi_threads_supported() {
   auto rt = current_runtime();
-  return rt && rt->mpi().threads_multiple();
+  return rt && rt->world().threads_multiple();
 }
 
 Stats stats() {

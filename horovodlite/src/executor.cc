@@ -4,7 +4,7 @@
 
 namespace horovodlite {
 
-Executor::Executor(MpiContext& mpi, const Config& config) : registry_(make_registry(mpi, config)) {}
+Executor::Executor(World& world, const Config& config) : registry_(make_registry(world, config)) {}
 
 OpResult Executor::execute(const Response& r, const std::vector<TensorEntry*>& entries) {
   switch (r.type) {

@@ -10,16 +10,16 @@
 #include "execution_observer.h"
 #include "horovodlite/config.h"
 #include "message.h"
-#include "mpi_context.h"
 #include "ops/algorithm.h"
 #include "ops/registry.h"
+#include "world.h"
 
 namespace horovodlite {
 
 class Executor {
  public:
-  // Collective over mpi.comm(): builds every algorithm of this build (algorithms.h).
-  Executor(MpiContext& mpi, const Config& config);
+  // Collective over the world's ranks: builds every algorithm of this build (algorithms.h).
+  Executor(World& world, const Config& config);
 
   // entries[i] belongs to response.names[i]; nullptr where this rank has none
   // (it has joined). The result says how the entries complete.

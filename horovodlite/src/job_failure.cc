@@ -1,6 +1,5 @@
 #include "job_failure.h"
 
-#include <mpi.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,6 +7,7 @@
 
 #include "horovodlite/horovodlite.h"
 #include "logging.h"
+#include "mpi/backend.h"
 
 namespace horovodlite {
 
@@ -38,17 +38,14 @@ void abort_job_if_failed() {
     if (g_reason == nullptr) return;
     reason = *g_reason;
   }
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  const bool mpi = initialized && !finalized;
+  const bool mpi = mpi::thread_level() >= 0;  // MPI is running
   HVL_LOG(kError, (mpi ? "ending the whole job (MPI_Abort, exit code " : "exiting (exit code ")
                       << kJobFailureExitCode
                       << ") instead of waiting for the other ranks at exit, which are out of step after: " << reason);
   std::fflush(stderr);
   // MPI_Abort tells mpirun, which ends every rank of the job (including one stuck
   // in its own code) and exits non-zero.
-  if (mpi) MPI_Abort(MPI_COMM_WORLD, kJobFailureExitCode);
+  mpi::abort_if_running(kJobFailureExitCode);
   _exit(kJobFailureExitCode);
 }
 

@@ -4,7 +4,7 @@
 // negotiation (a peer is unreachable), the other ranks are out of step with this
 // one: finalizing MPI at exit (a collective in Open MPI) would wait for them for
 // ever, and mpirun would never end the job. The runtime records such a failure
-// here; the exit paths (the at-exit handlers of api.cc and mpi_context.cc, the
+// here; the exit paths (the at-exit handlers of api.cc and mpi/mpi_world.cc, the
 // Python module's, or the program's own call of abort_job_if_failed()) then end
 // the whole job with MPI_Abort, after printing the reason on stderr. A later
 // successful init() (collective: every rank is back in step) clears it.

@@ -40,13 +40,13 @@ class ProcessSetTable::SetOps : public negotiation::LocalOps {
   ProcessSetState& set_;
 };
 
-ProcessSetTable::ProcessSetTable(MpiContext& mpi, const Config& config, Timeline& timeline, Watchdog& watchdog)
-    : mpi_(mpi), config_(config), timeline_(timeline), watchdog_(watchdog) {}
+ProcessSetTable::ProcessSetTable(World& world, const Config& config, Timeline& timeline, Watchdog& watchdog)
+    : world_(world), config_(config), timeline_(timeline), watchdog_(watchdog) {}
 
 ProcessSetTable::~ProcessSetTable() = default;
 
 void ProcessSetTable::build_member(ProcessSetState& set) {
-  set.executor = std::make_unique<Executor>(*set.mpi, config_);  // collective over the set
+  set.executor = std::make_unique<Executor>(*set.world, config_);  // collective over the set
   set.local_ops = std::make_unique<SetOps>(*this, set);
   negotiation::Controller::SetIdentity identity;
   if (set.id != 0) {
@@ -54,16 +54,16 @@ void ProcessSetTable::build_member(ProcessSetState& set) {
     identity.where = " in " + set.describe();
     identity.timeline_prefix = set.timeline_prefix();
   }
-  set.controller = std::make_unique<negotiation::Controller>(set.mpi->global(), config_, timeline_, watchdog_,
+  set.controller = std::make_unique<negotiation::Controller>(set.world->global(), config_, timeline_, watchdog_,
                                                              *set.local_ops, std::move(identity));
 }
 
 void ProcessSetTable::add_global() {
   auto global = std::make_unique<ProcessSetState>();
   global->id = 0;
-  for (int r = 0; r < mpi_.size(); ++r) global->ranks.push_back(r);
-  global->rank = mpi_.rank();
-  global->mpi = &mpi_;
+  for (int r = 0; r < world_.size(); ++r) global->ranks.push_back(r);
+  global->rank = world_.rank();
+  global->world = &world_;
   build_member(*global);
   global_ = global.get();
   std::lock_guard<std::mutex> lock(mu_);
@@ -74,8 +74,8 @@ void ProcessSetTable::destroy(std::unique_ptr<ProcessSetState> set) {
   if (!set) return;
   if (set->executor) set->executor->drain();  // device ops still in flight complete first
   set->controller.reset();
-  set->executor.reset();  // frees the algorithms' communicators (ring, NCCL)
-  set->own_mpi.reset();   // frees the set's communicators
+  set->executor.reset();   // frees the algorithms' communicators (ring, NCCL)
+  set->own_world.reset();  // frees the set's communicators
 }
 
 void ProcessSetTable::destroy_process_sets() {
@@ -152,14 +152,14 @@ Status ProcessSetTable::check_enqueue_locked(int32_t set_id, const std::string& 
   }
   ProcessSetState& set = *it->second;
   if (!set.member()) {
-    return Status::InvalidArgument("rank " + std::to_string(mpi_.rank()) + " is not in " + set.describe() +
+    return Status::InvalidArgument("rank " + std::to_string(world_.rank()) + " is not in " + set.describe() +
                                    "; cannot run '" + name + "' on it");
   }
   if (set.removing) return Status::Precondition(set.describe() + " is being removed; cannot run '" + name + "' on it");
   if (set.table.count(name)) {
-    return Status::DuplicateName("a collective named '" + name + "' is already in flight on rank " +
-                                 std::to_string(mpi_.rank()) + (set.id == 0 ? std::string() : " in " + set.describe()) +
-                                 "; wait for it to complete or use another name");
+    return Status::DuplicateName(
+        "a collective named '" + name + "' is already in flight on rank " + std::to_string(world_.rank()) +
+        (set.id == 0 ? std::string() : " in " + set.describe()) + "; wait for it to complete or use another name");
   }
   *out = &set;
   return Status::OK();
@@ -204,7 +204,7 @@ std::vector<HandlePtr> ProcessSetTable::enqueue_group(std::vector<std::unique_pt
       for (size_t j = 0; failure.ok() && j < i; ++j) {
         if (entries[j]->request.name == name) {
           failure = Status::DuplicateName("'" + name + "' appears twice in one grouped op on rank " +
-                                          std::to_string(mpi_.rank()) + "; the grouped op is not run");
+                                          std::to_string(world_.rank()) + "; the grouped op is not run");
         }
       }
     }
@@ -335,7 +335,7 @@ int64_t ranks_hash(const std::vector<int>& ranks) {
 
 Status ProcessSetTable::register_set(std::vector<int> ranks, int32_t* id) {
   std::sort(ranks.begin(), ranks.end());
-  const int n = mpi_.size();
+  const int n = world_.size();
   Status local;
   if (ranks.empty()) local = Status::InvalidArgument("a process set needs at least one rank");
   for (size_t i = 0; local.ok() && i < ranks.size(); ++i) {
@@ -350,13 +350,13 @@ Status ProcessSetTable::register_set(std::vector<int> ranks, int32_t* id) {
   // Every rank must pass the same (valid) ranks: agree before anything is built.
   const int64_t h = local.ok() ? ranks_hash(ranks) : -1;
   int64_t agree[3] = {h, -h, local.ok() ? 0 : 1};
-  HVL_RETURN_IF_ERROR(mpi_.max_int64(agree, 3));
+  HVL_RETURN_IF_ERROR(world_.max_int64(agree, 3));
   if (!local.ok()) return local;
   if (agree[2] != 0)
     return Status::InvalidArgument("process set ranks [" + rank_list(ranks) +
                                    "]: invalid ranks were passed on another rank");
   if (agree[0] != -agree[1]) {
-    return Status::InvalidArgument("process set ranks differ between ranks (rank " + std::to_string(mpi_.rank()) +
+    return Status::InvalidArgument("process set ranks differ between ranks (rank " + std::to_string(world_.rank()) +
                                    " passed [" + rank_list(ranks) + "]); every rank must pass the same ranks");
   }
   {
@@ -371,24 +371,12 @@ Status ProcessSetTable::register_set(std::vector<int> ranks, int32_t* id) {
   auto set = std::make_unique<ProcessSetState>();
   set->id = next_set_id_++;
   set->ranks = ranks;
-  const auto pos = std::find(ranks.begin(), ranks.end(), mpi_.rank());
-  const bool member = pos != ranks.end();
-  MPI_Comm comm = MPI_COMM_NULL;
-  transport::ContextPtr wire;
-  if (mpi_.uses_mpi()) {
-    // Collective over every rank.
-    HVL_MPI_CHECK(
-        MPI_Comm_split(mpi_.comm(), member ? 0 : MPI_UNDEFINED, static_cast<int>(pos - ranks.begin()), &comm));
-  } else if (member) {
-    // Collective over the members only.
-    HVL_RETURN_IF_ERROR(mpi_.wire()->split(ranks, "ps." + std::to_string(set->id), &wire));
-  }
-  if (member) {
+  const auto pos = std::find(ranks.begin(), ranks.end(), world_.rank());
+  // Collective over every rank (the members get the set's world).
+  HVL_RETURN_IF_ERROR(world_.split(ranks, "ps." + std::to_string(set->id), &set->own_world));
+  if (set->own_world) {
     set->rank = static_cast<int>(pos - ranks.begin());
-    set->own_mpi = std::make_unique<MpiContext>();
-    HVL_RETURN_IF_ERROR(mpi_.uses_mpi() ? set->own_mpi->init_subset(mpi_, comm)
-                                        : set->own_mpi->init_subset_transport(mpi_, std::move(wire)));
-    set->mpi = set->own_mpi.get();
+    set->world = set->own_world.get();
     build_member(*set);
   }
   HVL_LOG(kDebug, "registered " << set->describe());
@@ -419,11 +407,11 @@ Status ProcessSetTable::unregister_set(int32_t id) {
       set.removing = true;  // no new ops while the ranks agree
     }
   }
-  std::vector<int32_t> all(static_cast<size_t>(mpi_.size()));
+  std::vector<int32_t> all(static_cast<size_t>(world_.size()));
   const int32_t mine = busy;
-  HVL_RETURN_IF_ERROR(mpi_.allgather(&mine, sizeof(mine), all.data()));
+  HVL_RETURN_IF_ERROR(world_.allgather(&mine, sizeof(mine), all.data()));
   std::vector<int> busy_ranks;
-  for (int r = 0; r < mpi_.size(); ++r)
+  for (int r = 0; r < world_.size(); ++r)
     if (all[static_cast<size_t>(r)]) busy_ranks.push_back(r);
   std::unique_ptr<ProcessSetState> removed;
   {

@@ -29,10 +29,10 @@
 #include "horovodlite/config.h"
 #include "horovodlite/horovodlite.h"
 #include "message.h"
-#include "mpi_context.h"
 #include "negotiation/controller.h"
 #include "timeline.h"
 #include "watchdog.h"
+#include "world.h"
 
 namespace horovodlite {
 
@@ -44,8 +44,8 @@ struct ProcessSetState {
   int rank = -1;           // this process's rank in the set; -1: not a member
 
   // Members only (null elsewhere). Background thread (built before it runs).
-  std::unique_ptr<MpiContext> own_mpi;  // process sets; the global set uses the runtime's
-  MpiContext* mpi = nullptr;
+  std::unique_ptr<World> own_world;  // process sets; the global set uses the runtime's
+  World* world = nullptr;
   std::unique_ptr<Executor> executor;
   std::unique_ptr<negotiation::LocalOps> local_ops;  // the controller's view of `table`
   std::unique_ptr<negotiation::Controller> controller;
@@ -70,14 +70,14 @@ class ProcessSetTable {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `mpi` is the global communicator; everything passed outlives the table.
-  ProcessSetTable(MpiContext& mpi, const Config& config, Timeline& timeline, Watchdog& watchdog);
+  // `world` is the job's world; everything passed outlives the table.
+  ProcessSetTable(World& world, const Config& config, Timeline& timeline, Watchdog& watchdog);
   ~ProcessSetTable();
   ProcessSetTable(const ProcessSetTable&) = delete;
   ProcessSetTable& operator=(const ProcessSetTable&) = delete;
 
   // ---- the sets (collective calls: every rank of the global set) ----
-  // The global set (id 0) on `mpi`; first, at init.
+  // The global set (id 0) on `world`; first, at init.
   void add_global();
   // At init (before the background thread) or on the background thread as the
   // action of the global response of add_process_set()/remove_process_set().
@@ -144,7 +144,7 @@ class ProcessSetTable {
   // Drains and destroys a set's executor, controller and communicators.
   static void destroy(std::unique_ptr<ProcessSetState> set);
 
-  MpiContext& mpi_;
+  World& world_;
   const Config& config_;
   Timeline& timeline_;
   Watchdog& watchdog_;

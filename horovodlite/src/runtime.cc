@@ -37,18 +37,18 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
     transport::clear_interrupt();  // a wait interrupted in the last runtime (on_peer_timeout)
     transport::ContextPtr world;
     HVL_RETURN_IF_ERROR(transport::connect_world(rt->config_, &world));
-    HVL_RETURN_IF_ERROR(rt->mpi_.init_transport(std::move(world)));
+    HVL_RETURN_IF_ERROR(rt->world_.init_transport(std::move(world)));
   } else {
-    HVL_RETURN_IF_ERROR(rt->mpi_.init(static_cast<const MPI_Comm*>(options.mpi_comm)));
+    HVL_RETURN_IF_ERROR(rt->world_.init_mpi(options.mpi_comm));
   }
-  set_log_rank(rt->mpi_.rank());
+  set_log_rank(rt->world_.rank());
   HVL_RETURN_IF_ERROR(rt->agree_on_settings());
   rt->watchdog_ = std::make_unique<Watchdog>(
       rt->config_.peer_timeout_s,
       [r = rt.get()](const std::string& step, double waited) { r->on_peer_timeout(step, waited); });
   // Host names, so that the watchdog names the peer a ring waited for.
-  HVL_RETURN_IF_ERROR(rt->watchdog_->learn_peers(rt->mpi_));
-  rt->sets_ = std::make_unique<ProcessSetTable>(rt->mpi_, rt->config_, rt->timeline_, *rt->watchdog_);
+  HVL_RETURN_IF_ERROR(rt->watchdog_->learn_peers(rt->world_));
+  rt->sets_ = std::make_unique<ProcessSetTable>(rt->world_, rt->config_, rt->timeline_, *rt->watchdog_);
   rt->sets_->add_global();
   if (rt->config_.autotune) {
     const Config& c = rt->config_;
@@ -68,7 +68,7 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
     // AUTOTUNE_START says off.
     bool hosts = false;
     if (!c.user_set.hierarchical_allreduce || !c.user_set.hierarchical_allgather) {
-      Status topology = rt->mpi_.several_hosts_alike(&hosts);
+      Status topology = rt->world_.several_hosts_alike(&hosts);
       if (!topology.ok()) HVL_LOG(kWarning, "autotune: the hierarchical switches stay as set: " << topology.message());
     }
     o.tune_hierarchical_allreduce = hosts && !c.user_set.hierarchical_allreduce;
@@ -82,9 +82,9 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
         o.tune_hierarchical_allreduce ? c.hierarchical_allreduce != H::kOff : c.hierarchical_allreduce == H::kOn;
     initial.hierarchical_allgather =
         o.tune_hierarchical_allgather ? c.hierarchical_allgather != H::kOff : c.hierarchical_allgather == H::kOn;
-    rt->tuner_ = std::make_unique<autotune::Autotuner>(o, initial, rt->mpi_.rank() == 0);
+    rt->tuner_ = std::make_unique<autotune::Autotuner>(o, initial, rt->world_.rank() == 0);
     rt->apply_tuning(initial);  // (a tuned switch: from auto to on)
-    if (!rt->tuner_->active() && rt->mpi_.rank() == 0) {
+    if (!rt->tuner_->active() && rt->world_.rank() == 0) {
       HVL_LOG(kWarning,
               "HOROVODLITE_AUTOTUNE=1: nothing to tune (FUSION_THRESHOLD, CYCLE_TIME and "
               "EAGER_ALLREDUCE_BYTES are all set by hand, and the hierarchical switches are set by hand "
@@ -109,14 +109,14 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
     ThreadAffinity affinity;
     const std::vector<int> allowed = allowed_cpus();
     const uint64_t key = cpu_set_key(allowed);
-    std::vector<uint64_t> keys(static_cast<size_t>(rt->mpi_.size()));
-    Status s = rt->mpi_.allgather(&key, sizeof key, keys.data());
+    std::vector<uint64_t> keys(static_cast<size_t>(rt->world_.size()));
+    Status s = rt->world_.allgather(&key, sizeof key, keys.data());
     if (s.ok()) s = parse_thread_affinity(rt->config_.thread_affinity_var, rt->config_.thread_affinity, &affinity);
     if (s.ok()) {
-      s = background_thread_cpu(affinity, rt->mpi_.local_rank(), rt->mpi_.local_size(),
-                                cpu_sharers(keys, rt->mpi_.rank()), allowed, &cpu);
+      s = background_thread_cpu(affinity, rt->world_.local_rank(), rt->world_.local_size(),
+                                cpu_sharers(keys, rt->world_.rank()), allowed, &cpu);
     }
-    s = rt->mpi_.agree(s, "the background thread's CPU", "its THREAD_AFFINITY setting was refused there");
+    s = rt->world_.agree(s, "the background thread's CPU", "its THREAD_AFFINITY setting was refused there");
     if (!s.ok()) {
       Status stopped = rt->stop();
       if (!stopped.ok()) HVL_LOG(kWarning, "stopping after a failed init: " << stopped.message());
@@ -130,12 +130,12 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   if (cpu >= 0) {
     const Status pinned = pin_thread(rt->thread_, cpu);
     if (pinned.ok()) {
-      HVL_LOG(kDebug, "background thread of local rank " << rt->mpi_.local_rank() << " on CPU " << cpu);
+      HVL_LOG(kDebug, "background thread of local rank " << rt->world_.local_rank() << " on CPU " << cpu);
     } else {
       HVL_LOG(kWarning, pinned.message() << " (it runs where the kernel puts it)");
     }
   }
-  HVL_LOG(kDebug, "started: size " << rt->mpi_.size() << ", fusion threshold " << rt->config_.fusion_threshold_bytes
+  HVL_LOG(kDebug, "started: size " << rt->world_.size() << ", fusion threshold " << rt->config_.fusion_threshold_bytes
                                    << " B, cycle time " << rt->config_.cycle_time_ms << " ms, cache capacity "
                                    << rt->config_.cache_capacity);
   *out = std::move(rt);
@@ -148,7 +148,7 @@ Status Runtime::agree_on_settings() {
     // fails everywhere or nowhere (init is collective: no rank is left waiting).
     Status ts = start_timeline(config_.timeline_path, config_.timeline_mark_cycles);
     int32_t ok = ts.ok() ? 1 : 0;
-    HVL_RETURN_IF_ERROR(mpi_.broadcast(&ok, sizeof(ok), 0));
+    HVL_RETURN_IF_ERROR(world_.broadcast(&ok, sizeof(ok), 0));
     if (!ok) {
       return Status::InvalidArgument("HOROVODLITE_TIMELINE: " +
                                      (ts.ok() ? "rank 0 cannot open '" + config_.timeline_path + "'" : ts.message()));
@@ -157,7 +157,7 @@ Status Runtime::agree_on_settings() {
   // The bit vector's size and the eager slots follow these: every rank must agree.
   int64_t v[4] = {config_.cache_capacity, -config_.cache_capacity, config_.eager_allreduce_bytes,
                   -config_.eager_allreduce_bytes};
-  HVL_RETURN_IF_ERROR(mpi_.max_int64(v, 4));
+  HVL_RETURN_IF_ERROR(world_.max_int64(v, 4));
   if (v[0] != -v[1] || v[2] != -v[3]) {
     const bool cache = v[0] != -v[1];
     return Status::InvalidArgument(
@@ -184,7 +184,7 @@ Status Runtime::stop(bool exiting) {
   watchdog_.reset();
   Status closed = timeline_.stop();
   if (!closed.ok()) HVL_LOG(kWarning, "timeline: " << closed.message());
-  mpi_.release();
+  world_.release();
   const Status reason = sets_ ? sets_->close_reason() : Status::OK();
   return reason.code() == StatusCode::kAborted ? Status::OK() : reason;
 }
@@ -195,7 +195,7 @@ void Runtime::request_stop() {
 }
 
 Status Runtime::start_timeline(const std::string& path, bool mark_cycles) {
-  if (mpi_.rank() != 0) return Status::OK();
+  if (world_.rank() != 0) return Status::OK();
   return timeline_.start(path, mark_cycles);
 }
 
@@ -203,27 +203,18 @@ Status Runtime::stop_timeline() { return timeline_.stop(); }
 
 void Runtime::on_peer_timeout(const std::string& step, double waited_s) {
   std::ostringstream os;
-  os << "rank " << mpi_.rank() << ": no progress for " << static_cast<int>(waited_s) << " s in " << step
-     << (mpi_.uses_mpi()
-             ? ": a peer rank has died or hung (mpirun's messages name a rank that exited); aborting the job "
-             : ": a peer rank has died or hung, or its host is unreachable; failing every op in flight ")
-     << "(HOROVODLITE_PEER_TIMEOUT_SECONDS=" << config_.peer_timeout_s << ", 0 disables)";
+  os << "rank " << world_.rank() << ": no progress for " << static_cast<int>(waited_s) << " s in " << step << ": "
+     << world_.stalled_hint() << " (HOROVODLITE_PEER_TIMEOUT_SECONDS=" << config_.peer_timeout_s << ", 0 disables)";
   const Status s = Status::Aborted(os.str());
   HVL_LOG(kError, s.message());
   if (sets_)
     for (auto& e : sets_->close(s)) e->handle->complete(s);
   // Leave a complete file behind (a failure to close it changes nothing now).
   if (!timeline_.stop().ok()) HVL_LOG(kWarning, "could not close the timeline");
-  if (!mpi_.uses_mpi()) {
-    // Without MPI the waits are ours: interrupt them. The background thread's
-    // cycle then fails and the thread ends, and shutdown() can join it: an
-    // elastic job re-forms without the peer (HorovodInternalError above).
-    transport::interrupt_waits(s.message());
-    return;
-  }
-  // The background thread is stuck in MPI and cannot be joined: only ending the
-  // job ends the wait. MPI_Abort makes mpirun stop every rank with a non-zero exit.
-  MPI_Abort(mpi_.comm(), 1);
+  // Interrupts our own waits (the background thread's cycle then fails, the
+  // thread ends and shutdown() can join it: an elastic job re-forms without
+  // the peer), or ends the job where the wait is MPI's.
+  world_.end_stalled_wait(s.message());
 }
 
 Stats Runtime::stats() const {
@@ -374,7 +365,7 @@ OpResult Runtime::execute(ProcessSetState& set, const Response& r, const std::ve
                            r.type == OpType::kAlltoall || r.type == OpType::kReducescatter;
   const auto missing = std::find(entries.begin(), entries.end(), nullptr);
   if (needs_local && missing != entries.end()) {
-    OpResult result(Status::Internal("rank " + std::to_string(mpi_.rank()) + " has no tensor for '" +
+    OpResult result(Status::Internal("rank " + std::to_string(world_.rank()) + " has no tensor for '" +
                                      r.names[static_cast<size_t>(missing - entries.begin())] + "'" +
                                      (set.id == 0 ? std::string() : " in " + set.describe())));
     HVL_LOG(kError, result.status.message());

@@ -31,11 +31,11 @@
 #include "entry.h"
 #include "horovodlite/config.h"
 #include "horovodlite/horovodlite.h"
-#include "mpi_context.h"
 #include "process_set_table.h"
 #include "timeline.h"
 #include "timeline_observer.h"
 #include "watchdog.h"
+#include "world.h"
 
 namespace horovodlite {
 
@@ -71,7 +71,7 @@ class Runtime {
   Status start_timeline(const std::string& path, bool mark_cycles);
   Status stop_timeline();
 
-  const MpiContext& mpi() const { return mpi_; }
+  const World& world() const { return world_; }
   const Config& config() const { return config_; }
   Stats stats() const;
 
@@ -106,7 +106,7 @@ class Runtime {
   void on_peer_timeout(const std::string& step, double waited_s);
 
   Config config_;
-  MpiContext mpi_;
+  World world_;
   Timeline timeline_;  // internally synchronised (start/stop from any thread)
   TimelineObserver observer_{timeline_};
   std::unique_ptr<Watchdog> watchdog_;

@@ -6,43 +6,27 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "mpi_context.h"
+#include "world.h"
 
 namespace horovodlite {
 
 namespace {
 
-std::atomic<int> g_waiting_for{-1};  // MPI_COMM_WORLD rank, or -1
+std::atomic<int> g_waiting_for{-1};  // world rank, or -1
 
 }  // namespace
 
 WaitingFor::WaitingFor(int world_rank) { g_waiting_for.store(world_rank, std::memory_order_relaxed); }
 WaitingFor::~WaitingFor() { g_waiting_for.store(-1, std::memory_order_relaxed); }
 
-int world_rank_of(MPI_Comm comm, int rank) {
-  MPI_Group group, world;
-  int out = MPI_UNDEFINED;
-  if (MPI_Comm_group(comm, &group) != MPI_SUCCESS) return -1;
-  if (MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS) {
-    if (MPI_Group_translate_ranks(group, 1, &rank, world, &out) != MPI_SUCCESS) out = MPI_UNDEFINED;
-    MPI_Group_free(&world);
-  }
-  MPI_Group_free(&group);
-  return out == MPI_UNDEFINED ? -1 : out;
-}
-
-Status Watchdog::learn_peers(const MpiContext& world) {
+Status Watchdog::learn_peers(const World& world) {
   struct Entry {
     int world_rank;
     char host[124];
   } mine{};
-  if (world.uses_mpi()) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &mine.world_rank);
-  } else {
-    mine.world_rank = world.wire()->world_rank(world.rank());
-  }
+  mine.world_rank = world.wire()->world_rank(world.rank());
   // A Gloo launcher names each worker's host (HOROVOD_HOSTNAME: -H's names).
-  const char* named = world.uses_mpi() ? nullptr : std::getenv("HOROVOD_HOSTNAME");
+  const char* named = world.launcher_names_hosts() ? std::getenv("HOROVOD_HOSTNAME") : nullptr;
   if (named != nullptr && *named != '\0') {
     std::strncpy(mine.host, named, sizeof(mine.host) - 1);
   } else if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) {
@@ -61,7 +45,7 @@ std::string Watchdog::waiting_for() const {
   for (size_t r = 0; r < peers_.size(); ++r) {
     if (peers_[r].world_rank == world) return " waiting for rank " + std::to_string(r) + " on host " + peers_[r].host;
   }
-  return " waiting for MPI_COMM_WORLD rank " + std::to_string(world);
+  return " waiting for world rank " + std::to_string(world);
 }
 
 Watchdog::Watchdog(double timeout_s, OnExpire on_expire)

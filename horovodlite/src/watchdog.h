@@ -10,8 +10,6 @@
 // collective does not say which rank it waits for: its step names none.
 #pragma once
 
-#include <mpi.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,7 +21,7 @@
 #include <vector>
 
 #include "horovodlite/common.h"
-#include "mpi_context.h"
+#include "world.h"
 
 namespace horovodlite {
 
@@ -41,9 +39,9 @@ class Watchdog {
   void leave();
 
   // Collective over `world` (horovodlite's ranks): every rank's world rank
-  // (MPI_COMM_WORLD's, or the transport's) and host name, for naming the peer
-  // a step waited for.
-  Status learn_peers(const MpiContext& world);
+  // (the transport's: MPI_COMM_WORLD's under MPI) and host name, for naming the
+  // peer a step waited for.
+  Status learn_peers(const World& world);
   // " waiting for rank R on host H" for the peer WaitingFor names now; "" for none.
   std::string waiting_for() const;
 
@@ -66,8 +64,8 @@ class Watchdog {
   std::thread thread_;
 };
 
-// While one lives, the background thread is blocked on the rank `world_rank`
-// of MPI_COMM_WORLD (-1: none known). Not nested; one background thread.
+// While one lives, the background thread is blocked on the world rank
+// `world_rank` (transport::Context::world_rank; -1: none known). Not nested; one background thread.
 class WaitingFor {
  public:
   explicit WaitingFor(int world_rank);
@@ -75,8 +73,5 @@ class WaitingFor {
   WaitingFor(const WaitingFor&) = delete;
   WaitingFor& operator=(const WaitingFor&) = delete;
 };
-
-// The MPI_COMM_WORLD rank of `rank` of `comm`, or -1.
-int world_rank_of(MPI_Comm comm, int rank);
 
 }  // namespace horovodlite

@@ -19,8 +19,8 @@
 #include "horovodlite/horovodlite.h"
 #include "host_memory.h"
 #include "huge_page_probe.h"
-#include "ops/adasum.h"
-#include "ops/adasum_exchange.h"
+#include "mpi/adasum.h"
+#include "mpi/adasum_exchange.h"
 #include "test_util.h"
 
 namespace {

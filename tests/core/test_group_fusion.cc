@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi/mpi_transport.h"
 #include "negotiation/controller.h"
 #include "ops/fusion.h"
 #include "test_util.h"
@@ -289,7 +290,8 @@ TEST(GroupFusion, DisableGroupFusionKeepsEachGroupApart) {
     config.disable_group_fusion = disable;
     Timeline timeline;
     Watchdog watchdog(0, nullptr);
-    negotiation::Controller controller(Communicator{comm, rank, size}, config, timeline, watchdog, lookup);
+    auto wire = std::make_shared<transport::MpiTransport>(comm);
+    negotiation::Controller controller(Communicator{rank, size, 0, wire, wire}, config, timeline, watchdog, lookup);
     for (int cycle = 0; cycle < 2; ++cycle) {
       negotiation::Controller::Input input;
       input.requests = requests;

@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
-#include "mpi_context.h"
-#include "recursive_doubling.h"
+#include "mpi/mpi_transport.h"
+#include "mpi/mpi_world.h"
+#include "negotiation/recursive_doubling.h"
 #include "test_util.h"
+#include "world.h"
 
 namespace {
 
@@ -30,6 +33,10 @@ struct Comm {
     MPI_Comm_size(comm, &size);
   }
   ~Comm() { MPI_Comm_free(&comm); }
+  // The communicator as the transport the exchange runs over.
+  horovodlite::transport::ContextPtr wire() const {
+    return std::make_shared<horovodlite::transport::MpiTransport>(comm);
+  }
 };
 
 std::vector<Comm*> orders() {
@@ -48,7 +55,7 @@ TEST(RecursiveDoubling, EveryRankGetsTheAndAndTheSums) {
   for (Comm* c : orders()) {
     // message_bytes: one message, pieces of 3 words, of 1 word, of 4032 bytes (Open MPI's default shared-memory limit)
     for (int64_t message_bytes : {0, 24, 8, 4032}) {
-      RecursiveDoubling rd(c->comm, message_bytes);
+      RecursiveDoubling rd(c->wire(), message_bytes);
       for (size_t n : {size_t(0), size_t(1), size_t(2), size_t(7), size_t(1000)}) {
         for (int run = 0; run < 3; ++run) {
           std::vector<uint64_t> v(n);
@@ -74,7 +81,7 @@ TEST(RecursiveDoubling, EveryRankGetsTheAndAndTheSums) {
 // with the same bits (both partners of an exchange add the same two vectors).
 TEST(RecursiveDoubling, EveryRankEndsWithTheSameBits) {
   for (Comm* c : orders()) {
-    RecursiveDoubling rd(c->comm);
+    RecursiveDoubling rd(c->wire());
     const size_t n = 64;
     std::vector<double> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = (c->rank % 2 ? 1e16 : 1.0) * (1.0 + 0.1 * c->rank) + 0.3 * i;
@@ -107,7 +114,7 @@ TEST(RecursiveDoubling, EveryRankEndsWithTheSameBits) {
 // agree, and ranks beyond the largest power of two fold into a neighbour.
 TEST(RecursiveDoubling, PeersArePairwiseAndNearestFirst) {
   Comm& c = *orders()[0];
-  RecursiveDoubling rd(c.comm);
+  RecursiveDoubling rd(c.wire());
   int pof2 = 1;
   while (pof2 * 2 <= c.size) pof2 *= 2;
   const int rem = c.size - pof2;
@@ -139,8 +146,9 @@ namespace {
 
 // What the negotiation's exchange is given: the host order and the eager limit.
 TEST(RecursiveDoubling, TheContextAgreesOnHostOrderAndMessageSize) {
-  horovodlite::MpiContext mpi;
-  HVL_ASSERT_OK(mpi.init(nullptr));
+  horovodlite::World world;
+  HVL_ASSERT_OK(world.init_mpi(nullptr));
+  const horovodlite::mpi::Comms& mpi = *world.mpi();
 #ifdef OPEN_MPI
   // horovodlite::init() asked for MPI_THREAD_MULTIPLE, which Open MPI provides;
   // reading its limits through MPI_T (at every init) must leave that alone.
@@ -163,7 +171,7 @@ TEST(RecursiveDoubling, TheContextAgreesOnHostOrderAndMessageSize) {
   MPI_Bcast(&first, 1, MPI_INT, 0, mpi.local_comm());
   EXPECT_EQ(rank, first + mpi.local_rank());
 
-  const int64_t bytes = mpi.eager_message_bytes();
+  const int64_t bytes = world.eager_message_bytes();
   int64_t range[2] = {bytes, -bytes};
   MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT64_T, MPI_MIN, mpi.comm());
   EXPECT_EQ(range[0], -range[1]) << "ranks disagree";

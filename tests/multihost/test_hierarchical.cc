@@ -23,21 +23,26 @@
 
 #include "horovodlite/config.h"
 #include "kernels/reduce.h"
-#include "mpi_context.h"
+#include "mpi/mpi_algorithms.h"
+#include "mpi/mpi_hierarchical.h"
+#include "mpi/mpi_world.h"
+#include "mpi/ring_segment.h"
 #include "ops/fusion.h"
 #include "ops/hierarchical_allgather.h"
 #include "ops/hierarchical_allreduce.h"
-#include "ops/mpi_allreduce.h"
 #include "ops/ring_backend.h"
-#include "ops/ring_segment.h"
+#include "world.h"
 
 namespace horovodlite {
 namespace {
 
 struct Algorithms {
-  MpiContext mpi;
+  World world;
   Config config;  // the algorithms read their switches from it at each call
+  // MPI's form (local steps as MPI collectives), and the transport's over the
+  // same world (MPI's point-to-point messages): written once, any transport.
   std::unique_ptr<HierarchicalAllreduce> hierarchical;
+  std::unique_ptr<HierarchicalAllreduce> hierarchical_wire;
   std::unique_ptr<HierarchicalAllgather> hierarchical_allgather;
   std::unique_ptr<RingBackend> ring;
   std::unique_ptr<MpiAllreduce> reference;
@@ -46,25 +51,29 @@ struct Algorithms {
 Algorithms& algorithms() {
   static Algorithms* a = [] {
     auto* x = new Algorithms;
-    EXPECT_TRUE(x->mpi.init(nullptr).ok());
+    EXPECT_TRUE(x->world.init_mpi(nullptr).ok());
     Config& config = x->config;
     config.hierarchical_allreduce = Config::Hierarchical::kOn;  // every size
     config.hierarchical_allgather = Config::Hierarchical::kOn;
     config.ring_threshold_bytes = 0;
     config.ring_segment_bytes = 4096;  // deep pipelines on small buffers
     auto fusion = std::make_shared<FusionBuffer>();
-    x->hierarchical = std::make_unique<HierarchicalAllreduce>(x->mpi, config, fusion);
+    x->hierarchical = std::make_unique<MpiHierarchicalAllreduce>(x->world, config, fusion);
     x->hierarchical->set_piece_bytes(1000);  // several pieces, not a multiple of any element size
-    x->ring = std::make_unique<RingBackend>(x->mpi, config, fusion);
-    x->hierarchical_allgather = std::make_unique<HierarchicalAllgather>(x->mpi, config, fusion);
-    x->reference = std::make_unique<MpiAllreduce>(x->mpi, fusion);
+    x->hierarchical_wire = std::make_unique<HierarchicalAllreduce>(x->world, config, fusion);
+    x->hierarchical_wire->set_piece_bytes(1000);
+    RingAllreduceOptions ring;
+    ring.segment_bytes = config.ring_segment_bytes;
+    x->ring = std::make_unique<RingBackend>(x->world, 0, ring, fusion);
+    x->hierarchical_allgather = std::make_unique<MpiHierarchicalAllgather>(x->world, config, fusion);
+    x->reference = std::make_unique<MpiAllreduce>(x->world, fusion);
     return x;
   }();
   return *a;
 }
 
 bool hierarchical_applies() {
-  const MpiContext& m = algorithms().mpi;
+  const World& m = algorithms().world;
   return m.local_size() > 1 && m.cross_size() > 1;
 }
 
@@ -120,7 +129,7 @@ std::vector<uint8_t> small_integers(DataType t, ReduceOp op, int64_t count, int 
 
 // Whether `buf` is bitwise the same on every rank.
 bool same_on_every_rank(const std::vector<uint8_t>& buf) {
-  const MPI_Comm comm = algorithms().mpi.comm();
+  const MPI_Comm comm = algorithms().world.mpi()->comm();
   std::vector<uint8_t> root(buf);
   MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_BYTE, 0, comm);
   int same = root == buf ? 1 : 0;
@@ -131,7 +140,7 @@ bool same_on_every_rank(const std::vector<uint8_t>& buf) {
 // Runs `a` on this rank's inputs (in place or not), returns the output bytes.
 std::vector<uint8_t> run(HostAllreduce& a, DataType t, ReduceOp op, int64_t count, double postscale, bool in_place,
                          bool wire16 = false) {
-  const std::vector<uint8_t> in = small_integers(t, op, count, algorithms().mpi.rank());
+  const std::vector<uint8_t> in = small_integers(t, op, count, algorithms().world.rank());
   std::vector<uint8_t> out(in.size(), 0xAB);
   Status s;
   if (in_place) {
@@ -148,14 +157,14 @@ std::vector<uint8_t> run(HostAllreduce& a, DataType t, ReduceOp op, int64_t coun
 }
 
 std::vector<int64_t> counts() {
-  const int n = algorithms().mpi.size();
+  const int n = algorithms().world.size();
   return {0, 1, n - 1, n + 1, 1001, 4099};
 }
 
 TEST(Hierarchical, EnabledOnlyOnSeveralHostsWithSeveralRanksEach) {
   const bool on = algorithms().hierarchical->accepts(DataType::kFloat32, ReduceOp::kSum, 1 << 20);
-  EXPECT_EQ(on, hierarchical_applies()) << "local_size " << algorithms().mpi.local_size() << ", cross_size "
-                                        << algorithms().mpi.cross_size();
+  EXPECT_EQ(on, hierarchical_applies()) << "local_size " << algorithms().world.local_size() << ", cross_size "
+                                        << algorithms().world.cross_size();
   EXPECT_FALSE(algorithms().hierarchical->accepts(DataType::kFloat32, ReduceOp::kAdasum, 1 << 20));
 }
 
@@ -165,7 +174,7 @@ TEST(Hierarchical, AllgatherEnabledOnlyOnSeveralHostsWithSeveralRanksEach) {
   Response r;
   r.type = OpType::kAllgather;
   r.shape = {4, 3};
-  r.tensor_sizes.assign(static_cast<size_t>(algorithms().mpi.size()), 4);
+  r.tensor_sizes.assign(static_cast<size_t>(algorithms().world.size()), 4);
   EXPECT_EQ(algorithms().hierarchical_allgather->enabled(r), hierarchical_applies());
   r.device = 0;  // device tensors are not its business
   EXPECT_FALSE(algorithms().hierarchical_allgather->enabled(r));
@@ -183,7 +192,7 @@ TEST(Hierarchical, SwitchesAreReadAtEachCall) {
   Response r;
   r.type = OpType::kAllgather;
   r.shape = {4, 3};
-  r.tensor_sizes.assign(static_cast<size_t>(a.mpi.size()), 4);  // 48 bytes of output per rank
+  r.tensor_sizes.assign(static_cast<size_t>(a.world.size()), 4);  // 48 bytes of output per rank
   c.hierarchical_allreduce = c.hierarchical_allgather = Config::Hierarchical::kOff;
   EXPECT_FALSE(a.hierarchical->accepts(DataType::kFloat32, ReduceOp::kSum, 1 << 20));
   EXPECT_FALSE(a.hierarchical_allgather->enabled(r));
@@ -206,13 +215,13 @@ TEST(Hierarchical, SwitchesAreReadAtEachCall) {
 
 TEST(Hierarchical, TopologyIsSeveralHosts) {
   // The multi-host tests run on simulated hosts: more than one host, each with as many ranks.
-  const MpiContext& m = algorithms().mpi;
+  const World& m = algorithms().world;
   EXPECT_GT(m.cross_size(), 1);
   EXPECT_EQ(m.local_size() * m.cross_size(), m.size());
 }
 
 // Across hosts the ring's segments fit Open MPI's tcp eager limit (read through
-// MPI_T), so that no segment waits for a rendezvous reply (ops/ring_segment.h).
+// MPI_T), so that no segment waits for a rendezvous reply (mpi/ring_segment.h).
 TEST(RingSegment, AcrossHostsUnderTheTcpEagerLimit) {
   const int64_t limit = tcp_eager_limit_bytes();
   ASSERT_GT(limit, 64) << "btl_tcp_eager_limit is not readable through MPI_T, yet the tcp BTL carries this job";
@@ -243,6 +252,8 @@ TEST(Hierarchical, EqualsMpiAndRingForEveryDtypeOpAndCount) {
             const auto h = run(*a.hierarchical, t, op, count, 1.0, in_place);
             EXPECT_EQ(h, ref) << "hierarchical, " << what;
             EXPECT_TRUE(same_on_every_rank(h)) << what;
+            EXPECT_EQ(run(*a.hierarchical_wire, t, op, count, 1.0, in_place), ref)
+                << "hierarchical on the wire, " << what;
           }
         }
       }
@@ -254,7 +265,7 @@ TEST(Hierarchical, EqualsMpiAndRingForEveryDtypeOpAndCount) {
 TEST(Hierarchical, PostscaleEqualsScaledMpiSum) {
   if (!hierarchical_applies()) GTEST_SKIP() << "one rank per host";
   Algorithms& a = algorithms();
-  const double post = 1.0 / a.mpi.size();
+  const double post = 1.0 / a.world.size();
   for (DataType t : {DataType::kFloat32, DataType::kFloat64}) {
     for (int64_t count : counts()) {
       auto ref = run(*a.reference, t, ReduceOp::kSum, count, post, false);
@@ -288,7 +299,7 @@ TEST(Hierarchical, RandomRealsWithinToleranceAndTheSameEverywhere) {
   if (!hierarchical_applies()) GTEST_SKIP() << "one rank per host";
   Algorithms& a = algorithms();
   const int64_t count = 100003;
-  std::mt19937 rng(17u + static_cast<unsigned>(a.mpi.rank()));
+  std::mt19937 rng(17u + static_cast<unsigned>(a.world.rank()));
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
   std::vector<float> in(count), ref(count), h(count), h16(count);
   for (auto& x : in) x = d(rng);
@@ -296,7 +307,7 @@ TEST(Hierarchical, RandomRealsWithinToleranceAndTheSameEverywhere) {
   ASSERT_TRUE(a.hierarchical->reduce(in.data(), h.data(), count, DataType::kFloat32, ReduceOp::kSum, 1.0).ok());
   ASSERT_TRUE(
       a.hierarchical->reduce_fp16_wire(in.data(), h16.data(), count, DataType::kFloat32, ReduceOp::kSum, 1.0).ok());
-  const double n = a.mpi.size();
+  const double n = a.world.size();
   for (int64_t i = 0; i < count; ++i) {
     ASSERT_NEAR(h[i], ref[i], 1e-5 * n) << "element " << i;
     ASSERT_NEAR(h16[i], ref[i], n * n * 1e-3 + 1e-3 * std::fabs(ref[i])) << "fp16 wire, element " << i;

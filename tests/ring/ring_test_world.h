@@ -4,6 +4,10 @@
 
 #include <mpi.h>
 
+#include <memory>
+
+#include "mpi/mpi_transport.h"
+
 namespace horovodlite {
 namespace ring_test {
 
@@ -22,6 +26,13 @@ inline const World& world() {
     return x;
   }();
   return w;
+}
+
+// `comm` as the transport the ring runs over (null for MPI_COMM_NULL); the
+// communicator stays the caller's.
+inline transport::ContextPtr wire(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return nullptr;
+  return std::make_shared<transport::MpiTransport>(comm);
 }
 
 }  // namespace ring_test

@@ -25,6 +25,7 @@ using kernels::float_to_bfloat16;
 using kernels::float_to_half;
 using kernels::half_to_float;
 
+using ring_test::wire;
 using ring_test::world;
 
 std::string label(DataType t, ReduceOp op, int64_t count, int64_t seg) {
@@ -254,14 +255,14 @@ void sweep(RingAllreduce& ring, const std::vector<int64_t>& counts) {
 }
 
 TEST(RingAllreduce, EveryTypeOpAndCountWithDefaultSegments) {
-  RingAllreduce ring(world().comm);
+  RingAllreduce ring(wire(world().comm));
   sweep(ring, {0, 1, 2, 3, 5, 17, 1000, 65537});
 }
 
 TEST(RingAllreduce, TinySegmentsOfEightBytes) {
   RingAllreduceOptions options;
   options.segment_bytes = 8;
-  RingAllreduce ring(world().comm, options);
+  RingAllreduce ring(wire(world().comm), options);
   sweep(ring, {0, 1, 2, 3, 5, 17, 1000});
 }
 
@@ -269,7 +270,7 @@ TEST(RingAllreduce, SmallSegmentsOf64BytesAndShallowPipeline) {
   RingAllreduceOptions options;
   options.segment_bytes = 64;
   options.pipeline_depth = 1;
-  RingAllreduce ring(world().comm, options);
+  RingAllreduce ring(wire(world().comm), options);
   sweep(ring, {0, 1, 2, 3, 5, 17, 1000});
 }
 
@@ -277,19 +278,19 @@ TEST(RingAllreduce, LargeCountWithManySegmentsAndDeepPipeline) {
   RingAllreduceOptions options;
   options.segment_bytes = 4096;
   options.pipeline_depth = 16;
-  RingAllreduce ring(world().comm, options);
+  RingAllreduce ring(wire(world().comm), options);
   for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64, DataType::kInt8}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) check_case(ring, t, op, 65537);
   }
   options.segment_bytes = 64;
-  RingAllreduce tiny(world().comm, options);
+  RingAllreduce tiny(wire(world().comm), options);
   check_case(tiny, DataType::kFloat32, ReduceOp::kSum, 65537);
 }
 
 TEST(RingAllreduce, ReusedObjectGrowsAndShrinks) {
   RingAllreduceOptions options;
   options.segment_bytes = 1000;  // not a multiple of most element sizes
-  RingAllreduce ring(world().comm, options);
+  RingAllreduce ring(wire(world().comm), options);
   for (int64_t count : {10, 100000, 3, 100000, 0, 4097}) {
     check_case(ring, DataType::kFloat64, ReduceOp::kSum, count);
     check_case(ring, DataType::kInt32, ReduceOp::kProduct, count);
@@ -340,7 +341,7 @@ TEST(RingAllreduce, OutOfPlaceWithPostscaleEqualsInPlaceThenScale) {
   RingAllreduceOptions small;
   small.segment_bytes = 1000;
   for (const RingAllreduceOptions& options : {RingAllreduceOptions{}, tiny, small}) {
-    RingAllreduce ring(world().comm, options);
+    RingAllreduce ring(wire(world().comm), options);
     for (DataType t : kTypes) {
       for (ReduceOp op : kOps) {
         for (int64_t count : {0, 1, 2, 3, 5, 17, 1000, 65537}) {
@@ -359,7 +360,7 @@ TEST(RingAllreduce, OutOfPlaceWithPostscaleEqualsInPlaceThenScale) {
 }
 
 TEST(RingAllreduce, OverlappingInputAndOutputAreRejected) {
-  RingAllreduce ring(world().comm);
+  RingAllreduce ring(wire(world().comm));
   std::vector<float> v(16, 1.0f);
   EXPECT_EQ(ring.run(v.data(), v.data() + 1, 8, DataType::kFloat32, ReduceOp::kSum).code(),
             StatusCode::kInvalidArgument);
@@ -370,7 +371,7 @@ TEST(RingAllreduce, OverlappingInputAndOutputAreRejected) {
 }
 
 TEST(RingAllreduce, InvalidArguments) {
-  RingAllreduce ring(world().comm);
+  RingAllreduce ring(wire(world().comm));
   float x = 1.0f;
   EXPECT_EQ(ring.run(&x, -1, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ring.run(nullptr, 4, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
@@ -379,9 +380,9 @@ TEST(RingAllreduce, InvalidArguments) {
   EXPECT_TRUE(ring.run(nullptr, 0, DataType::kFloat32, ReduceOp::kSum).ok());
   RingAllreduceOptions bad_tags;
   bad_tags.tag_base = -5;
-  RingAllreduce bad(world().comm, bad_tags);
+  RingAllreduce bad(wire(world().comm), bad_tags);
   EXPECT_EQ(bad.run(&x, 1, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
-  RingAllreduce null_comm(MPI_COMM_NULL);
+  RingAllreduce null_comm(wire(MPI_COMM_NULL));
   EXPECT_EQ(null_comm.run(&x, 1, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(x, 1.0f);
 }
@@ -389,7 +390,7 @@ TEST(RingAllreduce, InvalidArguments) {
 TEST(RingAllreduce, SingleRankIsANoOp) {
   MPI_Comm self;
   MPI_Comm_dup(MPI_COMM_SELF, &self);
-  RingAllreduce ring(self);
+  RingAllreduce ring(wire(self));
   std::vector<int32_t> v = {1, 2, 3};
   ASSERT_TRUE(ring.run(v.data(), 3, DataType::kInt32, ReduceOp::kProduct).ok());
   EXPECT_EQ(v, (std::vector<int32_t>{1, 2, 3}));

@@ -22,6 +22,7 @@
 namespace horovodlite {
 namespace {
 
+using ring_test::wire;
 using ring_test::World;
 using ring_test::world;
 
@@ -154,7 +155,7 @@ const std::vector<ReduceOp> kAllOps = {ReduceOp::kSum, ReduceOp::kAverage, Reduc
                                        ReduceOp::kProduct};
 
 TEST(RingFp16Wire, EveryOpAndCountWithDefaultSegments) {
-  RingAllreduce ring(world().comm);
+  RingAllreduce ring(wire(world().comm));
   sweep(ring, kCounts, kAllOps);
 }
 
@@ -164,21 +165,21 @@ TEST(RingFp16Wire, TinySegmentsAndOneSlot) {
       RingAllreduceOptions options;
       options.segment_bytes = seg;
       options.pipeline_depth = depth;
-      RingAllreduce ring(world().comm, options);
+      RingAllreduce ring(wire(world().comm), options);
       sweep(ring, {0, 1, 2, 3, 5, 17, 1000}, {ReduceOp::kSum});
     }
   }
   RingAllreduceOptions options;
   options.segment_bytes = 2;
   options.pipeline_depth = 3;
-  RingAllreduce ring(world().comm, options);
+  RingAllreduce ring(wire(world().comm), options);
   sweep(ring, {65537}, {ReduceOp::kSum});  // 32768+ segments of one element, deep backlog of step-0 sends
 }
 
 TEST(RingFp16Wire, ReusedObjectAndInterleavedWithRun) {
   RingAllreduceOptions options;
   options.segment_bytes = 1000;
-  RingAllreduce ring(world().comm, options);
+  RingAllreduce ring(wire(world().comm), options);
   for (int64_t count : {10, 100000, 3, 100000, 0, 4097}) {
     check_case<float>(ring, ReduceOp::kSum, count);
     std::vector<float> plain(count, 1.0f);
@@ -189,7 +190,7 @@ TEST(RingFp16Wire, ReusedObjectAndInterleavedWithRun) {
 }
 
 TEST(RingFp16Wire, InvalidArguments) {
-  RingAllreduce ring(world().comm);
+  RingAllreduce ring(wire(world().comm));
   float x = 1.0f;
   int32_t i = 1;
   EXPECT_EQ(ring.run_fp16_wire(&x, -1, DataType::kFloat32, ReduceOp::kSum).code(), StatusCode::kInvalidArgument);
@@ -205,7 +206,7 @@ TEST(RingFp16Wire, InvalidArguments) {
 TEST(RingFp16Wire, SingleRankRoundsToHalf) {
   MPI_Comm self;
   MPI_Comm_dup(MPI_COMM_SELF, &self);
-  RingAllreduce ring(self);
+  RingAllreduce ring(wire(self));
   std::vector<float> v = {1.0f + 1e-4f, 70000.0f, -3.0f};
   v.resize(3000, 0.1f);
   ASSERT_TRUE(ring.run_fp16_wire(v.data(), static_cast<int64_t>(v.size()), DataType::kFloat32, ReduceOp::kSum).ok());

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "horovodlite/config.h"
+#include "negotiation/recursive_doubling.h"
 #include "ops/ring_allreduce.h"
-#include "recursive_doubling.h"
 #include "transport/collectives.h"
 #include "transport/gloo_shm.h"
 #include "transport/gloo_transport.h"

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "negotiation/recursive_doubling.h"
 #include "ops/ring_allreduce.h"
-#include "recursive_doubling.h"
 #include "transport/collectives.h"
 #include "transport/gloo_shm.h"
 #include "transport/gloo_tcp_direct.h"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "kernels/reduce.h"
+#include "negotiation/recursive_doubling.h"
 #include "ops/ring_allreduce.h"
-#include "recursive_doubling.h"
 #include "transport/collectives.h"
 #include "transport/inproc_transport.h"
 

@@ -1,4 +1,4 @@
-// What this build of horovodlite has: the MPI it links, CUDA/NCCL, the vector
+// What this build of horovodlite has: the MPI it links (if any), CUDA/NCCL, the vector
 // kernels this CPU runs and the ring's defaults. horovodlite-run --check-build
 // prints it. Every function may be called before init().
 #pragma once
@@ -10,6 +10,7 @@ namespace horovodlite {
 
 struct BuildInfo {
   std::string version;               // HVL_VERSION_STRING
+  bool mpi = false;                  // the MPI backend is built in (mpi_built())
   std::string mpi_library;           // MPI_Get_library_version, first line
   int mpi_version = 0;               // the MPI standard the library implements,
   int mpi_subversion = 0;            //   e.g. 3 and 1 (MPI_Get_version)

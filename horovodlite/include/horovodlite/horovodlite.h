@@ -226,6 +226,8 @@ bool cuda_built();
 int nccl_version();
 // Whether the Gloo TCP transport was built (Debian's libgloo-dev; HVL_WITH_GLOO).
 bool gloo_built();
+// Whether the MPI backend was built (HVL_WITH_MPI); without it every job runs on Gloo.
+bool mpi_built();
 // Which transport the job runs on: the running one after init(); before it,
 // the one init() would choose from the environment (Config::transport).
 bool mpi_enabled();

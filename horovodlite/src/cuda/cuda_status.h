@@ -28,6 +28,6 @@ inline Status nccl_status(ncclResult_t rc, const char* call) {
 }  // namespace horovodlite
 
 // The CUDA and NCCL members of the error-macro family (HVL_MPI_CHECK in
-// mpi_context.h): evaluate a call and return a Status naming it if it failed.
+// mpi/mpi_util.h): evaluate a call and return a Status naming it if it failed.
 #define HVL_CUDA_CHECK(call) HVL_RETURN_IF_ERROR(::horovodlite::cuda::cuda_status((call), #call))
 #define HVL_NCCL_CHECK(call) HVL_RETURN_IF_ERROR(::horovodlite::cuda::nccl_status((call), #call))

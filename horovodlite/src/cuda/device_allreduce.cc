@@ -35,7 +35,7 @@ Status DeviceAllreduce::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const size_t welem = dtype_size(wire);
   const int64_t total = total_elements(r);
   const ReduceOp op = effective_op(r.reduce_op);
-  const double pre = r.prescale, post = effective_postscale(r, ctx().mpi().size());
+  const double pre = r.prescale, post = effective_postscale(r, ctx().world().size());
   cudaStream_t stream = ctx().stream();
 
   if (!fp16 && entries.size() == 1 && entries[0] != nullptr && granularity() == 1) {

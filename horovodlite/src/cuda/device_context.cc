@@ -54,7 +54,7 @@ Status DeviceContext::begin(const std::vector<TensorEntry*>& entries, bool* repe
     // A joined rank: it contributes zeros on the GPU it used before (or its local one).
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) count = 1;
-    device = device_ >= 0 ? device_ : mpi_.local_rank() % count;
+    device = device_ >= 0 ? device_ : world_.local_rank() % count;
   }
   return ensure(device, repeated);
 }
@@ -82,12 +82,12 @@ Status DeviceContext::ensure(int device, bool* repeated) {
   if (local.ok()) {
     local = cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   }
-  Status s = mpi_.agree(local, "device set-up", "its GPU could not be set up");
+  Status s = world_.agree(local, "device set-up", "its GPU could not be set up");
   if (s.ok() && config_.gpu_operations == Config::GpuOperations::kNccl) {
     // Two ranks on one GPU: one clear error on every rank, before NCCL fails
     // (the same on every rank: each sees every rank's GPU).
-    s = check_one_gpu_per_rank(mpi_.comm(), device);
-    if (s.ok()) s = NcclComm::create(mpi_.comm(), device, &comm_);
+    s = check_one_gpu_per_rank(world_.mpi()->comm(), device);
+    if (s.ok()) s = NcclComm::create(world_.mpi()->comm(), device, &comm_);
   }
   if (!s.ok()) {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);

@@ -16,15 +16,16 @@
 #include "cuda/completion_queue.h"
 #include "cuda/nccl_context.h"
 #include "horovodlite/config.h"
-#include "mpi_context.h"
+#include "mpi/mpi_world.h"
 #include "ops/algorithm.h"
+#include "world.h"
 
 namespace horovodlite {
 namespace cuda {
 
 class DeviceContext : public SharedResource {
  public:
-  DeviceContext(const MpiContext& mpi, const Config& config) : mpi_(mpi), config_(config) {}
+  DeviceContext(const World& world, const Config& config) : world_(world), config_(config) {}
   ~DeviceContext() override;
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
@@ -48,7 +49,7 @@ class DeviceContext : public SharedResource {
   PinnedBuffer& stage_in() { return stage_in_; }
   PinnedBuffer& stage_out() { return stage_out_; }
 
-  const MpiContext& mpi() const { return mpi_; }
+  const World& world() const { return world_; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   // nullptr when device collectives go through the host (GPU_OPERATIONS=mpi).
@@ -57,7 +58,7 @@ class DeviceContext : public SharedResource {
  private:
   Status ensure(int device, bool* repeated);
 
-  const MpiContext& mpi_;
+  const World& world_;
   const Config& config_;
   int device_ = -1;
   cudaStream_t stream_ = nullptr;

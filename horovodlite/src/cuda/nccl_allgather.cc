@@ -12,7 +12,7 @@ namespace cuda {
 Status NcclAllgather::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   TensorEntry& e = *args.entries.at(0);
-  const int size = ctx().mpi().size(), rank = ctx().mpi().rank();
+  const int size = ctx().world().size(), rank = ctx().world().rank();
   const std::vector<int64_t> counts = allgather_counts(r, e.input.shape);
   const size_t elem = dtype_size(r.dtype);
   std::vector<size_t> bytes(size), displ(size);
@@ -25,7 +25,7 @@ Status NcclAllgather::enqueue(const OpArgs& args, OpOutputs* outputs) {
     rows += r.tensor_sizes[i];
   }
   TensorView out;
-  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), ctx().mpi(), Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), ctx().world(), Status::OK(), &out));
   HVL_RETURN_IF_ERROR(ctx().wait_ready({&e}));  // the allocator may have re-recorded the ready event
   const bool even = std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; });
   ncclComm_t comm = ctx().comm()->get();

@@ -28,34 +28,33 @@ Status NcclAllreduce::reduce_into(const void* send, void* recv, int64_t count, D
   return Status::OK();
 }
 
-NcclHierarchicalAllreduce::NcclHierarchicalAllreduce(std::shared_ptr<DeviceContext> ctx, const MpiContext& mpi)
-    : DeviceAllreduce(std::move(ctx)), mpi_(mpi) {
+NcclHierarchicalAllreduce::NcclHierarchicalAllreduce(std::shared_ptr<DeviceContext> ctx, const World& world)
+    : DeviceAllreduce(std::move(ctx)), world_(world) {
   // Collective: every rank builds the same algorithms in the same order. A
   // failure on any rank disables this algorithm on every rank.
-  const Status s = mpi.agree(split(mpi), "hierarchical allreduce set-up", "its communicators could not be split");
+  const Status s = world.agree(split(world), "hierarchical allreduce set-up", "its communicators could not be split");
   if (!s.ok()) {
     HVL_LOG(kWarning, "the hierarchical allreduce is disabled: " << s.message());
     homogeneous_ = false;
   }
 }
 
-Status NcclHierarchicalAllreduce::split(const MpiContext& mpi) {
-  HVL_MPI_CHECK(MPI_Comm_split_type(mpi.comm(), MPI_COMM_TYPE_SHARED, mpi.rank(), MPI_INFO_NULL, &local_comm_));
+Status NcclHierarchicalAllreduce::split(const World& world) {
+  HVL_MPI_CHECK(
+      MPI_Comm_split_type(world.mpi()->comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local_comm_));
   HVL_MPI_CHECK(MPI_Comm_rank(local_comm_, &local_rank_));
   HVL_MPI_CHECK(MPI_Comm_size(local_comm_, &local_size_));
-  HVL_MPI_CHECK(MPI_Comm_split(mpi.comm(), local_rank_, mpi.rank(), &cross_comm_));
+  HVL_MPI_CHECK(MPI_Comm_split(world.mpi()->comm(), local_rank_, world.rank(), &cross_comm_));
   HVL_MPI_CHECK(MPI_Comm_size(cross_comm_, &cross_size_));
   int sizes[2] = {local_size_, -local_size_};
-  HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, mpi.comm()));
-  homogeneous_ = sizes[0] == -sizes[1] && static_cast<int64_t>(local_size_) * cross_size_ == mpi.size();
+  HVL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, world.mpi()->comm()));
+  homogeneous_ = sizes[0] == -sizes[1] && static_cast<int64_t>(local_size_) * cross_size_ == world.size();
   return Status::OK();
 }
 
 NcclHierarchicalAllreduce::~NcclHierarchicalAllreduce() {
   local_nccl_.reset();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
+  if (!mpi_running()) return;
   if (cross_comm_ != MPI_COMM_NULL) MPI_Comm_free(&cross_comm_);
   if (local_comm_ != MPI_COMM_NULL) MPI_Comm_free(&local_comm_);
 }
@@ -87,8 +86,8 @@ Status NcclHierarchicalAllreduce::reduce(void* buffer, int64_t count, DataType d
   HVL_CUDA_CHECK(cudaStreamSynchronize(stream));  // this stream only, not the device
   for (int64_t done = 0; done < shard;) {
     const int n = static_cast<int>(std::min<int64_t>(shard - done, INT_MAX));
-    HVL_MPI_CHECK_AS(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(host) + done * elem, n, mpi_.reduce_type(dtype),
-                                   mpi_.reduce_op(op, dtype), cross_comm_),
+    HVL_MPI_CHECK_AS(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(host) + done * elem, n,
+                                   world_.mpi()->reduce_type(dtype), world_.mpi()->reduce_op(op, dtype), cross_comm_),
                      "MPI_Allreduce (across nodes)");
     done += n;
   }

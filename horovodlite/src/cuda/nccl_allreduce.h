@@ -10,7 +10,8 @@
 #include "cuda/buffers.h"
 #include "cuda/device_allreduce.h"
 #include "cuda/nccl_context.h"
-#include "mpi_context.h"
+#include "mpi/mpi_world.h"
+#include "world.h"
 
 namespace horovodlite {
 namespace cuda {
@@ -28,7 +29,7 @@ class NcclHierarchicalAllreduce : public DeviceAllreduce {
  public:
   // Collective over mpi.comm() (splits it into node-local and cross-node
   // communicators). Enabled only on several nodes with the same number of ranks each.
-  NcclHierarchicalAllreduce(std::shared_ptr<DeviceContext> ctx, const MpiContext& mpi);
+  NcclHierarchicalAllreduce(std::shared_ptr<DeviceContext> ctx, const World& world);
   ~NcclHierarchicalAllreduce() override;
   const char* name() const override { return "NCCL_HIERARCHICAL_ALLREDUCE"; }
   bool accepts(DataType dtype, ReduceOp op, int64_t bytes) const override;
@@ -36,9 +37,9 @@ class NcclHierarchicalAllreduce : public DeviceAllreduce {
   Status reduce(void* buffer, int64_t count, DataType dtype, ReduceOp op) override;
 
  private:
-  Status split(const MpiContext& mpi);
+  Status split(const World& world);
 
-  const MpiContext& mpi_;
+  const World& world_;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
   int local_rank_ = 0, local_size_ = 1, cross_size_ = 1;

@@ -10,14 +10,14 @@ namespace cuda {
 Status NcclAlltoall::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   TensorEntry& e = *args.entries.at(0);
-  const int size = ctx().mpi().size(), rank = ctx().mpi().rank();
+  const int size = ctx().world().size(), rank = ctx().world().rank();
   std::vector<int64_t> recv_splits;
-  HVL_RETURN_IF_ERROR(exchange_splits(e, ctx().mpi(), &recv_splits));
+  HVL_RETURN_IF_ERROR(exchange_splits(e, ctx().world(), &recv_splits));
   const size_t row_bytes = static_cast<size_t>(row_elements(e.input.shape)) * dtype_size(r.dtype);
   int64_t rows = 0;
   for (int64_t s : recv_splits) rows += s;
   TensorView out;
-  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), ctx().mpi(), Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), ctx().world(), Status::OK(), &out));
   HVL_RETURN_IF_ERROR(ctx().wait_ready({&e}));
   ncclComm_t comm = ctx().comm()->get();
   cudaStream_t stream = ctx().stream();

@@ -10,7 +10,7 @@ Status NcclBroadcast::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   TensorEntry& e = *args.entries.at(0);
   const size_t bytes = e.input.byte_size();
-  const void* send = ctx().mpi().rank() == r.root ? e.input.data : e.output.data;
+  const void* send = ctx().world().rank() == r.root ? e.input.data : e.output.data;
   if (bytes > 0) {
     HVL_NCCL_CHECK(ncclBroadcast(send, e.output.data, bytes, ncclUint8, r.root, ctx().comm()->get(), ctx().stream()));
   }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cuda/cuda_status.h"
-#include "mpi_context.h"
+#include "mpi/mpi_util.h"
 
 namespace horovodlite {
 namespace cuda {

@@ -20,7 +20,7 @@ bool NcclReducescatter::enabled(const Response& r) const {
 Status NcclReducescatter::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   TensorEntry& e = *args.entries.at(0);
-  const int size = ctx().mpi().size(), rank = ctx().mpi().rank();
+  const int size = ctx().world().size(), rank = ctx().world().rank();
   const Shape& shape = e.input.shape;
   const size_t elem = dtype_size(r.dtype);
   const std::vector<int64_t> counts = reducescatter_counts(shape, size);
@@ -31,8 +31,8 @@ Status NcclReducescatter::enqueue(const OpArgs& args, OpOutputs* outputs) {
     off += counts[i];
   }
   TensorView out;
-  HVL_RETURN_IF_ERROR(
-      allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, rank)), ctx().mpi(), Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, rank)), ctx().world(),
+                                      Status::OK(), &out));
   HVL_RETURN_IF_ERROR(ctx().wait_ready({&e}));
   cudaStream_t stream = ctx().stream();
   const void* send = e.input.data;

@@ -9,7 +9,6 @@
 #include "logging.h"
 #include "ops/fusion.h"
 #include "transport/collectives.h"
-#include "transport/mpi_transport.h"
 
 namespace horovodlite::negotiation {
 
@@ -23,10 +22,8 @@ Controller::Controller(const Communicator& comm, const Config& config, Timeline&
       local_(local),
       readiness_(comm.rank == 0 ? std::make_unique<ReadinessTable>(comm.size, identity_.global_ranks, identity_.where)
                                 : nullptr),
-      wire_(comm.wire ? comm.wire : std::make_shared<transport::MpiTransport>(comm.comm)),
-      exchange_(comm.host_wire ? RecursiveDoubling(comm.host_wire, comm.eager_message_bytes)
-                               : RecursiveDoubling(comm.host_ordered != MPI_COMM_NULL ? comm.host_ordered : comm.comm,
-                                                   comm.eager_message_bytes)),
+      wire_(comm.wire),
+      exchange_(comm.host_wire ? comm.host_wire : comm.wire, comm.eager_message_bytes),
       cache_(static_cast<size_t>(config.cache_capacity)),
       votes_(static_cast<size_t>(config.cache_capacity), comm.size),
       stall_(config) {}

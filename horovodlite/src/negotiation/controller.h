@@ -43,15 +43,15 @@
 
 #include "horovodlite/config.h"
 #include "message.h"
-#include "mpi_context.h"
 #include "negotiation/cycle_vote.h"
 #include "negotiation/readiness_table.h"
+#include "negotiation/recursive_doubling.h"
 #include "negotiation/response_cache.h"
 #include "negotiation/stall_inspector.h"
-#include "recursive_doubling.h"
 #include "timeline.h"
 #include "transport/transport.h"
 #include "watchdog.h"
+#include "world.h"
 
 namespace horovodlite::negotiation {
 
@@ -161,7 +161,7 @@ class Controller {
   Watchdog& watchdog_;
   const LocalOps& local_;
   std::unique_ptr<ReadinessTable> readiness_;  // rank 0 only
-  // comm_.comm as a transport context: the request gather and the response
+  // comm_.wire: the request gather and the response
   // broadcast are point-to-point messages on it (tags kGatherTag.., distinct
   // from the vote's), so any transport can carry the negotiation.
   transport::ContextPtr wire_;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "horovodlite/common.h"
-#include "recursive_doubling.h"
+#include "negotiation/recursive_doubling.h"
 
 namespace horovodlite::negotiation {
 

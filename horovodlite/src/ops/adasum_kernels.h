@@ -14,6 +14,14 @@
 #include "kernels/half.h"
 
 namespace horovodlite {
+
+// Whether Adasum reduces this dtype (float16, bfloat16, float32, float64).
+inline bool adasum_dtype(DataType dtype) {
+  return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 || dtype == DataType::kFloat32 ||
+         dtype == DataType::kFloat64;
+}
+inline bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
 namespace adasum_kernels {
 
 // The scalars (dot products, squared norms, coefficients) are long double: on

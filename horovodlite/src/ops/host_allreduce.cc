@@ -72,7 +72,7 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
   const size_t elem = dtype_size(r.dtype);
   const int64_t total = total_elements(r);
   const double pre = r.prescale;
-  const double post = effective_postscale(r, mpi_.size());
+  const double post = effective_postscale(r, world_.size());
   const ReduceOp op = effective_op(r.reduce_op);
   const bool wire16 = fp16_compressed(r);
   auto reduce_buffer = [&](const void* in, void* out, double postscale) {
@@ -102,7 +102,7 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
       kernels::scale_copy(out, in, total, r.dtype, pre);
       in = out;
     }
-    if (e != nullptr && mpi_.local_size() > 1) {
+    if (e != nullptr && world_.local_size() > 1) {
       // The peers on this host copy out of both (the input in the first step,
       // the output after it): on huge pages from the second op with them on.
       const size_t bytes = static_cast<size_t>(total) * elem;
@@ -155,7 +155,7 @@ Status HostAllreduce::allreduce_fp16(const OpArgs& args) {
     ObservedPhase phase(args.observer, r, name());
     HVL_RETURN_IF_ERROR(reduce(wire, wire, total, DataType::kFloat16, op, 1.0));
   }
-  const double post = effective_postscale(r, mpi_.size());
+  const double post = effective_postscale(r, world_.size());
   ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
   for (const CopyTask& t : layout.unpack(args.entries, wire, 2))
     from_half(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);

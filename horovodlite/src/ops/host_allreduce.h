@@ -9,16 +9,16 @@
 #include <string>
 
 #include "horovodlite/common.h"
-#include "mpi_context.h"
 #include "ops/algorithm.h"
 #include "ops/fusion.h"
+#include "world.h"
 
 namespace horovodlite {
 
 class HostAllreduce : public Algorithm {
  public:
   // `fusion`: the host fusion buffer every host algorithm shares.
-  HostAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion) : mpi_(mpi), fusion_(std::move(fusion)) {}
+  HostAllreduce(const World& world, std::shared_ptr<FusionBuffer> fusion) : world_(world), fusion_(std::move(fusion)) {}
 
   // Asks accepts() with the dtype and bytes that travel (fp16 with compression:
   // what reduce() or reduce_fp16_wire() puts on the wire), as DeviceAllreduce does.
@@ -47,7 +47,7 @@ class HostAllreduce : public Algorithm {
   }
 
  protected:
-  const MpiContext& mpi_;
+  const World& world_;
 
  private:
   Status allreduce(const OpArgs& args);

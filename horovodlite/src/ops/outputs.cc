@@ -3,8 +3,8 @@
 #include <climits>
 
 #include "horovodlite/horovodlite.h"
-#include "mpi_context.h"
 #include "op_util.h"
+#include "world.h"
 
 namespace horovodlite {
 
@@ -29,7 +29,7 @@ std::vector<int64_t> reducescatter_counts(const Shape& shape, int size) {
   return counts;
 }
 
-Status exchange_splits(const TensorEntry& e, const MpiContext& comm, std::vector<int64_t>* received) {
+Status exchange_splits(const TensorEntry& e, const World& comm, std::vector<int64_t>* received) {
   received->assign(static_cast<size_t>(comm.size()), 0);
   return comm.alltoall_int64(e.splits.data(), received->data());
 }
@@ -52,7 +52,7 @@ Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts
   return Status::OK();
 }
 
-Status allocate_output(TensorEntry& e, const Shape& shape, const MpiContext& comm, Status local, TensorView* out) {
+Status allocate_output(TensorEntry& e, const Shape& shape, const World& comm, Status local, TensorView* out) {
   if (local.ok()) local = e.allocate(shape, out);
   return comm.agree(local, e.request.name, "its output was too large or could not be allocated");
 }

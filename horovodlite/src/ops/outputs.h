@@ -10,8 +10,8 @@
 
 #include "entry.h"
 #include "message.h"
-#include "mpi_context.h"
 #include "ops/algorithm.h"
+#include "world.h"
 
 namespace horovodlite {
 
@@ -25,15 +25,15 @@ std::vector<int64_t> allgather_counts(const Response& r, const Shape& input_shap
 std::vector<int64_t> reducescatter_counts(const Shape& shape, int size);
 // alltoall: tells every rank how many rows this rank sends it (e.splits) and
 // returns how many each rank sends this one.
-Status exchange_splits(const TensorEntry& e, const MpiContext& comm, std::vector<int64_t>* received);
+Status exchange_splits(const TensorEntry& e, const World& comm, std::vector<int64_t>* received);
 
 // Element counts and displacements as MPI ints, or an error naming the tensor.
 Status to_int_counts(const std::string& name, const std::vector<int64_t>& counts, std::vector<int>* out,
                      std::vector<int>* displs);
 
 // If `local` is OK, allocates e's output of `shape`; then agrees with every rank
-// of `comm` (MpiContext::agree): a collective must not start on some ranks
+// of `comm` (World::agree): a collective must not start on some ranks
 // while it failed to start on others.
-Status allocate_output(TensorEntry& e, const Shape& shape, const MpiContext& comm, Status local, TensorView* out);
+Status allocate_output(TensorEntry& e, const Shape& shape, const World& comm, Status local, TensorView* out);
 
 }  // namespace horovodlite

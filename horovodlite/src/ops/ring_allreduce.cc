@@ -21,9 +21,7 @@
 #include <utility>
 
 #include "kernels/reduce.h"
-#include "mpi_context.h"
 #include "op_util.h"
-#include "transport/mpi_transport.h"
 #include "watchdog.h"
 
 namespace horovodlite {
@@ -70,16 +68,11 @@ RingAllreduce::RingAllreduce(transport::ContextPtr context, RingAllreduceOptions
   init();
 }
 
-RingAllreduce::RingAllreduce(MPI_Comm comm, RingAllreduceOptions options) : options_(options) {
-  if (comm != MPI_COMM_NULL) context_ = std::make_shared<transport::MpiTransport>(comm);
-  init();
-}
-
 void RingAllreduce::init() {
   options_.segment_bytes = std::clamp<int64_t>(options_.segment_bytes, 1, RingAllreduceOptions::kMaxSegmentBytes);
   options_.pipeline_depth = std::max(1, options_.pipeline_depth);
   if (!context_) {
-    init_status_ = Status::InvalidArgument("RingAllreduce: no communicator (MPI_COMM_NULL or a null context)");
+    init_status_ = Status::InvalidArgument("RingAllreduce: no transport context");
     return;
   }
   rank_ = context_->rank();

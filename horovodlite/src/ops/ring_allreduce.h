@@ -22,8 +22,6 @@
 // private Wire policy in ring_allreduce.cc.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -52,8 +50,6 @@ class RingAllreduce {
   // Over the transport context `context`, which should carry only this
   // algorithm's traffic while run() is in progress (dup one for the data path).
   explicit RingAllreduce(transport::ContextPtr context, RingAllreduceOptions options = {});
-  // Over an MPI communicator (not owned; the same rule for its traffic).
-  explicit RingAllreduce(MPI_Comm comm, RingAllreduceOptions options = {});
   ~RingAllreduce();
   RingAllreduce(const RingAllreduce&) = delete;
   RingAllreduce& operator=(const RingAllreduce&) = delete;
@@ -61,9 +57,9 @@ class RingAllreduce {
   // In-place allreduce of `count` elements of `dtype` at `buf`. Every rank of
   // the communicator must call it with the same count, dtype and op. Average is
   // reduced as Sum (the caller divides). A world of one rank is a no-op.
-  // Not thread-safe: one run() at a time per object. Returns Internal if an
-  // MPI call fails; requests may then be left outstanding, so the
-  // communicator should not be used for further collectives.
+  // Not thread-safe: one run() at a time per object. Returns the transport's
+  // error if a message fails; requests may then be left outstanding, so the
+  // context should not be used for further collectives.
   Status run(void* buf, int64_t count, DataType dtype, ReduceOp op) { return run(buf, buf, count, dtype, op); }
 
   // The same into `out`, scaled: out = (reduction of every rank's `in`) *

@@ -1,21 +1,22 @@
 #pragma once
 
-#include "horovodlite/config.h"
+#include <memory>
+
 #include "ops/host_allreduce.h"
 #include "ops/ring_allreduce.h"
 
 namespace horovodlite {
 
-// Our segmented, pipelined ring (ops/ring_allreduce.h) as a host allreduce, on a
-// communicator of its own so that its tags never meet other traffic. Enabled for
-// messages of at least the configured ring threshold, on two or more ranks.
+// Our segmented, pipelined ring (ops/ring_allreduce.h) as a host allreduce, in
+// host order (World::host_wire) on a channel of its own so that its tags never
+// meet other traffic. Enabled for messages of at least `threshold` bytes (< 0:
+// never); the registry chooses it and the options for the world it serves
+// (algorithms.cc, mpi/mpi_registry.cc).
 class RingBackend : public HostAllreduce {
  public:
-  // Collective over mpi's ranks (duplicates its host-ordered communicator, or
-  // in a job without MPI takes a channel of the transport, and then serves
-  // every size: there is no MPI_Allreduce there).
-  RingBackend(const MpiContext& mpi, const Config& config, std::shared_ptr<FusionBuffer> fusion);
-  ~RingBackend() override;
+  // Collective over the world's ranks (takes the channel).
+  RingBackend(const World& world, int64_t threshold, RingAllreduceOptions options,
+              std::shared_ptr<FusionBuffer> fusion);
   const char* name() const override { return "RING_ALLREDUCE"; }
   bool accepts(DataType dtype, ReduceOp op, int64_t bytes) const override;
   Status reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) override;
@@ -24,7 +25,6 @@ class RingBackend : public HostAllreduce {
                           double postscale) override;
 
  private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
   int64_t threshold_;
   std::unique_ptr<RingAllreduce> ring_;
 };

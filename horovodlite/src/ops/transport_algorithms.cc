@@ -11,9 +11,9 @@ namespace horovodlite {
 namespace {
 
 // A private channel for one algorithm (collective over every rank).
-transport::ContextPtr channel(const MpiContext& mpi, const char* name) {
+transport::ContextPtr channel(const World& world, const char* name) {
   transport::ContextPtr wire;
-  const Status s = mpi.wire()->dup(name, &wire);
+  const Status s = world.wire()->dup(name, &wire);
   // A failed dup means the transport itself is gone; the first op reports it.
   return s.ok() ? wire : nullptr;
 }
@@ -30,14 +30,14 @@ std::vector<size_t> bytes_of(const std::vector<int>& counts, size_t elem) {
 
 }  // namespace
 
-TransportAllgather::TransportAllgather(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion)
-    : MpiAllgather(mpi, std::move(fusion)), wire_(channel(mpi, "allgather")) {}
+TransportAllgather::TransportAllgather(const World& world, std::shared_ptr<FusionBuffer> fusion)
+    : HostAllgather(world, std::move(fusion)), wire_(channel(world, "allgather")) {}
 
 Status TransportAllgather::exchange(const void* send, void* buf, const std::vector<int>& counts,
                                     const std::vector<int>& displs, DataType dtype) {
   if (!wire_) return no_channel("allgather");
   const size_t elem = dtype_size(dtype);
-  const size_t me = static_cast<size_t>(mpi_.rank());
+  const size_t me = static_cast<size_t>(world_.rank());
   // The blocks lie consecutively in rank order (to_int_counts' displacements),
   // as allgatherv puts them.
   int64_t at = 0;
@@ -49,14 +49,14 @@ Status TransportAllgather::exchange(const void* send, void* buf, const std::vect
   return transport_ops::allgatherv(*wire_, mine, buf, bytes_of(counts, elem));
 }
 
-TransportBroadcast::TransportBroadcast(const MpiContext& mpi) : MpiBroadcast(mpi), wire_(channel(mpi, "broadcast")) {}
+TransportBroadcast::TransportBroadcast(const World& world) : HostBroadcast(world), wire_(channel(world, "broadcast")) {}
 
 Status TransportBroadcast::bcast(void* data, int64_t count, DataType dtype, int root) {
   if (!wire_) return no_channel("broadcast");
   return transport_ops::broadcast(*wire_, data, static_cast<size_t>(count) * dtype_size(dtype), root);
 }
 
-TransportAlltoall::TransportAlltoall(const MpiContext& mpi) : MpiAlltoall(mpi), wire_(channel(mpi, "alltoall")) {}
+TransportAlltoall::TransportAlltoall(const World& world) : HostAlltoall(world), wire_(channel(world, "alltoall")) {}
 
 Status TransportAlltoall::exchange(const void* in, const std::vector<int>& sc, const std::vector<int>& sd, void* out,
                                    const std::vector<int>& rc, const std::vector<int>& rd, DataType dtype) {
@@ -73,8 +73,8 @@ Status TransportAlltoall::exchange(const void* in, const std::vector<int>& sc, c
   return transport_ops::alltoallv(*wire_, in, bytes_of(sc, elem), out, bytes_of(rc, elem));
 }
 
-TransportReducescatter::TransportReducescatter(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion)
-    : MpiReducescatter(mpi, std::move(fusion)), wire_(channel(mpi, "reducescatter")) {}
+TransportReducescatter::TransportReducescatter(const World& world, std::shared_ptr<FusionBuffer> fusion)
+    : HostReducescatter(world, std::move(fusion)), wire_(channel(world, "reducescatter")) {}
 
 Status TransportReducescatter::reduce_scatter(const void* in, void* out, const std::vector<int>& counts, DataType dtype,
                                               ReduceOp op) {

@@ -1,25 +1,25 @@
-// The host collectives of a job without MPI (Gloo): the MPI algorithms' set-up,
-// fusion and output handling with their wire call replaced by the transport's
-// point-to-point collectives (transport/collectives.h), each on a channel of
+// The host collectives over the transport (a job without MPI: Gloo): the host
+// algorithms' set-up, fusion and output handling (ops/host_*.h) with the
+// transport's point-to-point collectives as the exchange (transport/collectives.h), each on a channel of
 // its own. The allreduce is the ring (RingBackend serves every size there).
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "mpi_context.h"
-#include "ops/mpi_allgather.h"
-#include "ops/mpi_alltoall.h"
-#include "ops/mpi_broadcast.h"
-#include "ops/mpi_reducescatter.h"
+#include "ops/host_allgather.h"
+#include "ops/host_alltoall.h"
+#include "ops/host_broadcast.h"
+#include "ops/host_reducescatter.h"
 #include "transport/transport.h"
+#include "world.h"
 
 namespace horovodlite {
 
-// Every constructor is collective over mpi's ranks (takes a channel).
-class TransportAllgather : public MpiAllgather {
+// Every constructor is collective over the world's ranks (takes a channel).
+class TransportAllgather : public HostAllgather {
  public:
-  TransportAllgather(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion);
+  TransportAllgather(const World& world, std::shared_ptr<FusionBuffer> fusion);
   const char* name() const override { return "TRANSPORT_ALLGATHERV"; }
 
  protected:
@@ -30,9 +30,9 @@ class TransportAllgather : public MpiAllgather {
   transport::ContextPtr wire_;
 };
 
-class TransportBroadcast : public MpiBroadcast {
+class TransportBroadcast : public HostBroadcast {
  public:
-  explicit TransportBroadcast(const MpiContext& mpi);
+  explicit TransportBroadcast(const World& world);
   const char* name() const override { return "TRANSPORT_BCAST"; }
 
  protected:
@@ -42,9 +42,9 @@ class TransportBroadcast : public MpiBroadcast {
   transport::ContextPtr wire_;
 };
 
-class TransportAlltoall : public MpiAlltoall {
+class TransportAlltoall : public HostAlltoall {
  public:
-  explicit TransportAlltoall(const MpiContext& mpi);
+  explicit TransportAlltoall(const World& world);
   const char* name() const override { return "TRANSPORT_ALLTOALLV"; }
 
  protected:
@@ -55,9 +55,9 @@ class TransportAlltoall : public MpiAlltoall {
   transport::ContextPtr wire_;
 };
 
-class TransportReducescatter : public MpiReducescatter {
+class TransportReducescatter : public HostReducescatter {
  public:
-  TransportReducescatter(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion);
+  TransportReducescatter(const World& world, std::shared_ptr<FusionBuffer> fusion);
   const char* name() const override { return "TRANSPORT_REDUCE_SCATTER"; }
 
  protected:

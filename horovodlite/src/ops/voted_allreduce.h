@@ -5,14 +5,14 @@
 // are the same on every rank.
 #pragma once
 
-#include "mpi_context.h"
 #include "ops/algorithm.h"
+#include "world.h"
 
 namespace horovodlite {
 
 class VotedAllreduce : public Algorithm {
  public:
-  explicit VotedAllreduce(const MpiContext& mpi) : size_(mpi.size()) {}
+  explicit VotedAllreduce(const World& world) : size_(world.size()) {}
   const char* name() const override { return "VOTED_ALLREDUCE"; }
   bool enabled(const Response& r) const override { return r.reduced != nullptr; }
   OpResult run(const OpArgs& args) override;

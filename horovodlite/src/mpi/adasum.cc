@@ -3,7 +3,7 @@
 // tags keep the phases apart: a rank that is done with one phase may already
 // send the next phase's messages to a peer still in the previous one; within a
 // tag, MPI's non-overtaking rule matches the segments in order.
-#include "ops/adasum.h"
+#include "mpi/adasum.h"
 
 #include <unistd.h>
 
@@ -15,8 +15,8 @@
 
 #include "kernels/half.h"
 #include "kernels/reduce.h"
+#include "mpi/adasum_exchange.h"
 #include "op_util.h"
-#include "ops/adasum_exchange.h"
 #include "ops/adasum_kernels.h"
 #include "ops/fusion.h"
 #include "ops/outputs.h"
@@ -85,11 +85,6 @@ std::atomic<int64_t> g_allgathers_from_every_rank{0};
 void Adasum::force_slot_stores_for_testing(int mode) { g_forced_slot_stores = mode; }
 void Adasum::force_pairwise_allgather_for_testing(bool on) { g_forced_pairwise_allgather = on; }
 int64_t Adasum::allgathers_from_every_rank() { return g_allgathers_from_every_rank.load(); }
-
-bool adasum_dtype(DataType dtype) {
-  return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 || dtype == DataType::kFloat32 ||
-         dtype == DataType::kFloat64;
-}
 
 int64_t Adasum::local_segment_bytes() {
   const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -371,27 +366,25 @@ void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double
 
 }  // namespace
 
-AdasumAllreduce::AdasumAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion)
-    : mpi_(mpi), fusion_(std::move(fusion)) {
+AdasumAllreduce::AdasumAllreduce(const World& world, std::shared_ptr<FusionBuffer> fusion)
+    : world_(world), fusion_(std::move(fusion)) {
   // Collective: every rank builds the same registry. A failed duplicate on any
   // rank makes every Adasum response fail on every rank (with this reason).
-  Status dup = mpi_status(MPI_Comm_dup(mpi.comm(), &comm_), "MPI_Comm_dup (Adasum)");
-  init_status_ = mpi.agree(dup, "Adasum set-up", "making its communicator failed there");
+  Status dup = mpi_status(MPI_Comm_dup(world.mpi()->comm(), &comm_), "MPI_Comm_dup (Adasum)");
+  init_status_ = world.agree(dup, "Adasum set-up", "making its communicator failed there");
   if (!init_status_.ok()) return;
   // One segment size for all (each rank's from its L2; the smallest).
   int64_t segment = Adasum::local_segment_bytes();
   init_status_ = mpi_status(MPI_Allreduce(MPI_IN_PLACE, &segment, 1, MPI_INT64_T, MPI_MIN, comm_),
                             "MPI_Allreduce (Adasum segment size)");
   if (init_status_.ok()) {
-    adasum_ = std::make_unique<Adasum>(comm_, mpi.local_size() > 1, mpi.local_size() == mpi.size(), segment);
+    adasum_ = std::make_unique<Adasum>(comm_, world.local_size() > 1, world.local_size() == world.size(), segment);
   }
 }
 
 AdasumAllreduce::~AdasumAllreduce() {
   adasum_.reset();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL && mpi_running()) MPI_Comm_free(&comm_);
 }
 
 bool AdasumAllreduce::enabled(const Response& r) const { return r.reduce_op == ReduceOp::kAdasum; }
@@ -408,9 +401,9 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
     return Status::InvalidArgument("Adasum reduces float16, bfloat16, float32 and float64 tensors only; " +
                                    names_of(r) + " is " + dtype_name(r.dtype));
   }
-  if (!is_power_of_two(mpi_.size())) {
+  if (!is_power_of_two(world_.size())) {
     return Status::InvalidArgument("Adasum needs a power-of-two number of ranks; " + names_of(r) + " is reduced over " +
-                                   std::to_string(mpi_.size()));
+                                   std::to_string(world_.size()));
   }
   const double pre = r.prescale, post = r.postscale;
 

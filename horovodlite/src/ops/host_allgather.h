@@ -2,21 +2,22 @@
 
 #include <memory>
 
-#include "mpi_context.h"
 #include "ops/algorithm.h"
 #include "ops/fusion.h"
+#include "world.h"
 
 namespace horovodlite {
 
-// MPI_Allgatherv of host tensors (dim 0 may differ across ranks). A fused
-// response (several names; tensor_sizes holds each name's dim 0 on every rank,
-// name-major) is one MPI_Allgatherv through the fusion buffer: each rank's block
+// Allgather of host tensors (dim 0 may differ across ranks): output
+// allocation, fusion and unpacking; the wire's exchange is the subclass's
+// (mpi/mpi_algorithms.h, ops/transport_algorithms.h). A fused response (several
+// names; tensor_sizes holds each name's dim 0 on every rank, name-major) is one
+// exchange through the fusion buffer: each rank's block
 // holds its rows of every tensor in turn; unpacking copies rank r's rows of
 // tensor t to their place in t's output.
-class MpiAllgather : public Algorithm {
+class HostAllgather : public Algorithm {
  public:
-  MpiAllgather(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion) : mpi_(mpi), fusion_(std::move(fusion)) {}
-  const char* name() const override { return "MPI_ALLGATHERV"; }
+  HostAllgather(const World& world, std::shared_ptr<FusionBuffer> fusion) : world_(world), fusion_(std::move(fusion)) {}
   bool enabled(const Response&) const override { return true; }
   OpResult run(const OpArgs& args) override {
     OpOutputs outputs(args.entries.size());
@@ -30,8 +31,8 @@ class MpiAllgather : public Algorithm {
   // in `buf`; every block ends up everywhere. `send`: this rank's block, or
   // nullptr when it is already in place in buf.
   virtual Status exchange(const void* send, void* buf, const std::vector<int>& counts, const std::vector<int>& displs,
-                          DataType dtype);
-  const MpiContext& mpi_;
+                          DataType dtype) = 0;
+  const World& world_;
 
  private:
   Status allgather(const Response& r, TensorEntry& e, OpOutput* output);

@@ -1,4 +1,4 @@
-#include "ops/mpi_allgather.h"
+#include "ops/host_allgather.h"
 
 #include <cstring>
 
@@ -8,31 +8,23 @@
 
 namespace horovodlite {
 
-Status MpiAllgather::allgather(const Response& r, TensorEntry& e, OpOutput* output) {
+Status HostAllgather::allgather(const Response& r, TensorEntry& e, OpOutput* output) {
   int64_t rows = 0;
   for (int64_t n : r.tensor_sizes) rows += n;
   std::vector<int> counts, displs;
   HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, allgather_counts(r, e.input.shape), &counts, &displs));
   TensorView out;
-  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_, Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), world_, Status::OK(), &out));
   HVL_RETURN_IF_ERROR(exchange(e.input.data, out.data, counts, displs, r.dtype));
   output->tensor = out;
   return Status::OK();
 }
 
-Status MpiAllgather::exchange(const void* send, void* buf, const std::vector<int>& counts,
-                              const std::vector<int>& displs, DataType dtype) {
-  const MPI_Datatype type = MpiContext::move_type(dtype);
-  HVL_MPI_CHECK(MPI_Allgatherv(send ? send : MPI_IN_PLACE, send ? counts[mpi_.rank()] : 0, type, buf, counts.data(),
-                               displs.data(), type, mpi_.comm()));
-  return Status::OK();
-}
-
-Status MpiAllgather::fused(const OpArgs& args, OpOutputs* outputs) {
+Status HostAllgather::fused(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   const std::vector<TensorEntry*>& entries = args.entries;
   const size_t n = entries.size();
-  const int size = mpi_.size(), me = mpi_.rank();
+  const int size = world_.size(), me = world_.rank();
   const size_t elem = dtype_size(r.dtype);
   // One size per (tensor, rank), tensor-major (fuse_responses).
   HVL_ENFORCE_EQ(r.tensor_sizes.size(), n * static_cast<size_t>(size), "fused allgather of '", r.names[0], "'");
@@ -62,7 +54,7 @@ Status MpiAllgather::fused(const OpArgs& args, OpOutputs* outputs) {
     buf = static_cast<char*>(fusion_->get(std::max<size_t>(static_cast<size_t>(total) * elem, 1)));
     if (buf == nullptr) local = Status::Internal("out of memory allocating the allgather fusion buffer");
   }
-  HVL_RETURN_IF_ERROR(mpi_.agree(local, r.names[0], "its output was too large or could not be allocated"));
+  HVL_RETURN_IF_ERROR(world_.agree(local, r.names[0], "its output was too large or could not be allocated"));
 
   {
     ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");

@@ -1,9 +1,7 @@
-#include "recursive_doubling.h"
+#include "negotiation/recursive_doubling.h"
 
 #include <algorithm>
 #include <climits>
-
-#include "transport/mpi_transport.h"
 
 namespace horovodlite {
 
@@ -18,9 +16,6 @@ RecursiveDoubling::RecursiveDoubling(transport::ContextPtr context, int64_t mess
       piece_words_(message_bytes >= 8 ? static_cast<size_t>(message_bytes / 8) : size_t(INT_MAX) / 8) {
   plan();
 }
-
-RecursiveDoubling::RecursiveDoubling(MPI_Comm comm, int64_t message_bytes)
-    : RecursiveDoubling(std::make_shared<transport::MpiTransport>(comm), message_bytes) {}
 
 void RecursiveDoubling::plan() {
   rank_ = context_->rank();

@@ -28,7 +28,7 @@
 
 #include "horovodlite/common.h"
 #include "host_memory.h"
-#include "mpi_context.h"
+#include "mpi/mpi_util.h"
 #include "ops/adasum_kernels.h"
 
 namespace horovodlite {

@@ -2,16 +2,16 @@
 
 #include <vector>
 
-#include "mpi_context.h"
 #include "ops/algorithm.h"
+#include "world.h"
 
 namespace horovodlite {
 
-// MPI_Alltoallv of host tensors: rows of dim 0 split by each rank's splits.
-class MpiAlltoall : public Algorithm {
+// Alltoall of host tensors: rows of dim 0 split by each rank's splits; the
+// wire's exchange is the subclass's (mpi/mpi_algorithms.h, ops/transport_algorithms.h).
+class HostAlltoall : public Algorithm {
  public:
-  explicit MpiAlltoall(const MpiContext& mpi) : mpi_(mpi) {}
-  const char* name() const override { return "MPI_ALLTOALLV"; }
+  explicit HostAlltoall(const World& world) : world_(world) {}
   bool enabled(const Response&) const override { return true; }
   OpResult run(const OpArgs& args) override {
     OpOutputs outputs(1);
@@ -23,8 +23,8 @@ class MpiAlltoall : public Algorithm {
   // The exchange: sc[j] elements of `dtype` from `in` at sd[j] go to rank j;
   // rc[j] from rank j arrive in `out` at rd[j].
   virtual Status exchange(const void* in, const std::vector<int>& sc, const std::vector<int>& sd, void* out,
-                          const std::vector<int>& rc, const std::vector<int>& rd, DataType dtype);
-  const MpiContext& mpi_;
+                          const std::vector<int>& rc, const std::vector<int>& rd, DataType dtype) = 0;
+  const World& world_;
 
  private:
   Status alltoall(const Response& r, TensorEntry& e, OpOutput* output);

@@ -1,14 +1,14 @@
-#include "ops/mpi_alltoall.h"
+#include "ops/host_alltoall.h"
 
 #include "op_util.h"
 #include "ops/outputs.h"
 
 namespace horovodlite {
 
-Status MpiAlltoall::alltoall(const Response& r, TensorEntry& e, OpOutput* output) {
-  const int size = mpi_.size();
+Status HostAlltoall::alltoall(const Response& r, TensorEntry& e, OpOutput* output) {
+  const int size = world_.size();
   std::vector<int64_t> recv_splits;
-  HVL_RETURN_IF_ERROR(exchange_splits(e, mpi_, &recv_splits));
+  HVL_RETURN_IF_ERROR(exchange_splits(e, world_, &recv_splits));
   const int64_t row = row_elements(e.input.shape);
   std::vector<int64_t> send_counts(size), recv_counts(size);
   int64_t rows = 0;
@@ -22,17 +22,10 @@ Status MpiAlltoall::alltoall(const Response& r, TensorEntry& e, OpOutput* output
   Status local = to_int_counts(e.request.name, send_counts, &sc, &sd);
   if (local.ok()) local = to_int_counts(e.request.name, recv_counts, &rc, &rd);
   TensorView out;
-  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), mpi_, local, &out));
+  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(e.input.shape, rows), world_, local, &out));
   HVL_RETURN_IF_ERROR(exchange(e.input.data, sc, sd, out.data, rc, rd, r.dtype));
   output->tensor = out;
   output->received_splits = std::move(recv_splits);
-  return Status::OK();
-}
-
-Status MpiAlltoall::exchange(const void* in, const std::vector<int>& sc, const std::vector<int>& sd, void* out,
-                             const std::vector<int>& rc, const std::vector<int>& rd, DataType dtype) {
-  MPI_Datatype t = MpiContext::move_type(dtype);
-  HVL_MPI_CHECK(MPI_Alltoallv(in, sc.data(), sd.data(), t, out, rc.data(), rd.data(), t, mpi_.comm()));
   return Status::OK();
 }
 

@@ -1,4 +1,4 @@
-#include "ops/mpi_reducescatter.h"
+#include "ops/host_reducescatter.h"
 
 #include <algorithm>
 
@@ -9,8 +9,8 @@
 
 namespace horovodlite {
 
-Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e, OpOutput* output) {
-  const int size = mpi_.size();
+Status HostReducescatter::reducescatter(const Response& r, TensorEntry& e, OpOutput* output) {
+  const int size = world_.size();
   const Shape& shape = e.input.shape;
   const int64_t total = e.input.num_elements();
   const size_t elem = dtype_size(r.dtype);
@@ -18,14 +18,14 @@ Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e, OpOutp
   std::vector<int> icounts, displs;
   HVL_RETURN_IF_ERROR(to_int_counts(e.request.name, counts, &icounts, &displs));
   TensorView out;
-  HVL_RETURN_IF_ERROR(
-      allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, mpi_.rank())), mpi_, Status::OK(), &out));
+  HVL_RETURN_IF_ERROR(allocate_output(e, with_dim0(shape, reducescatter_rows(shape[0], size, world_.rank())), world_,
+                                      Status::OK(), &out));
   char* tmp = static_cast<char*>(fusion_->get(std::max<size_t>(total * elem, 1)));
   if (tmp == nullptr) return Status::Internal("out of memory allocating a reducescatter buffer");
   kernels::scale_copy(tmp, e.input.data, total, r.dtype, r.prescale);
   HVL_RETURN_IF_ERROR(reduce_scatter(tmp, out.data, icounts, r.dtype, effective_op(r.reduce_op)));
   const double post = effective_postscale(r, size);
-  if (post != 1.0) kernels::scale(out.data, counts[mpi_.rank()], r.dtype, post);
+  if (post != 1.0) kernels::scale(out.data, counts[world_.rank()], r.dtype, post);
   output->tensor = out;
   return Status::OK();
 }
@@ -34,11 +34,11 @@ Status MpiReducescatter::reducescatter(const Response& r, TensorEntry& e, OpOutp
 
 namespace horovodlite {
 
-Status MpiReducescatter::fused(const OpArgs& args, OpOutputs* outputs) {
+Status HostReducescatter::fused(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   const std::vector<TensorEntry*>& entries = args.entries;
   const size_t n = entries.size();
-  const int size = mpi_.size(), me = mpi_.rank();
+  const int size = world_.size(), me = world_.rank();
   const size_t elem = dtype_size(r.dtype);
   // counts[t][k]: elements of tensor t's block for rank k; block[k]: rank k's
   // block of the fused buffer (its rows of every tensor).
@@ -65,7 +65,7 @@ Status MpiReducescatter::fused(const OpArgs& args, OpOutputs* outputs) {
     buf = static_cast<char*>(fusion_->get(std::max<size_t>(static_cast<size_t>(total + block[me]) * elem, 1)));
     if (buf == nullptr) local = Status::Internal("out of memory allocating the reducescatter fusion buffer");
   }
-  HVL_RETURN_IF_ERROR(mpi_.agree(local, r.names[0], "its output was too large or could not be allocated"));
+  HVL_RETURN_IF_ERROR(world_.agree(local, r.names[0], "its output was too large or could not be allocated"));
   char* result = buf + total * static_cast<int64_t>(elem);
 
   {
@@ -97,13 +97,6 @@ Status MpiReducescatter::fused(const OpArgs& args, OpOutputs* outputs) {
     }
   }
   for (size_t t = 0; t < n; ++t) (*outputs)[t].tensor = outs[t];
-  return Status::OK();
-}
-
-Status MpiReducescatter::reduce_scatter(const void* in, void* out, const std::vector<int>& counts, DataType dtype,
-                                        ReduceOp op) {
-  HVL_MPI_CHECK(
-      MPI_Reduce_scatter(in, out, counts.data(), mpi_.reduce_type(dtype), mpi_.reduce_op(op, dtype), mpi_.comm()));
   return Status::OK();
 }
 

@@ -23,8 +23,6 @@
 // integer and IEEE sums, min, max), and folded ranks get a copy.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -44,8 +42,6 @@ class RecursiveDoubling {
   // tags 0..63). message_bytes: the largest message to send (a multiple of 8,
   // the same on every rank; 0: no limit). Not collective.
   explicit RecursiveDoubling(transport::ContextPtr context, int64_t message_bytes = 0);
-  // The same over an MPI communicator (not owned).
-  explicit RecursiveDoubling(MPI_Comm comm, int64_t message_bytes = 0);
 
   // Collective over the communicator: every rank passes the same n.
   Status run(uint64_t* words, size_t n, const Combine& combine);

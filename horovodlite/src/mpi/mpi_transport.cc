@@ -1,10 +1,10 @@
-#include "transport/mpi_transport.h"
+#include "mpi/mpi_transport.h"
 
 #include <climits>
 #include <functional>
 #include <thread>
 
-#include "mpi_context.h"
+#include "mpi/mpi_util.h"
 
 namespace horovodlite {
 namespace transport {

@@ -3,22 +3,22 @@
 #include <memory>
 #include <vector>
 
-#include "mpi_context.h"
 #include "ops/algorithm.h"
 #include "ops/fusion.h"
+#include "world.h"
 
 namespace horovodlite {
 
-// MPI_Reduce_scatter of a host tensor: rank i gets the reduced block of rows i
+// Reduce-scatter of a host tensor (the wire's part is the subclass's:
+// mpi/mpi_algorithms.h, ops/transport_algorithms.h): rank i gets the reduced block of rows i
 // (the first dim0 % size ranks one row more), prescaled through the fusion buffer.
-// A fused response (several names) is one MPI_Reduce_scatter: the fusion buffer
+// A fused response (several names) is one reduce-scatter: the fusion buffer
 // holds, for each rank in turn, that rank's rows of every tensor, so that each
 // rank receives its rows of every tensor in one block, unpacked into the outputs.
-class MpiReducescatter : public Algorithm {
+class HostReducescatter : public Algorithm {
  public:
-  MpiReducescatter(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion)
-      : mpi_(mpi), fusion_(std::move(fusion)) {}
-  const char* name() const override { return "MPI_REDUCE_SCATTER"; }
+  HostReducescatter(const World& world, std::shared_ptr<FusionBuffer> fusion)
+      : world_(world), fusion_(std::move(fusion)) {}
   bool enabled(const Response&) const override { return true; }
   OpResult run(const OpArgs& args) override {
     OpOutputs outputs(args.entries.size());
@@ -30,8 +30,9 @@ class MpiReducescatter : public Algorithm {
  protected:
   // `in` holds every rank's block in rank order (counts[k] elements of rank k);
   // this rank's block of the reduction (op: Sum for Average) goes to `out`.
-  virtual Status reduce_scatter(const void* in, void* out, const std::vector<int>& counts, DataType dtype, ReduceOp op);
-  const MpiContext& mpi_;
+  virtual Status reduce_scatter(const void* in, void* out, const std::vector<int>& counts, DataType dtype,
+                                ReduceOp op) = 0;
+  const World& world_;
 
  private:
   Status reducescatter(const Response& r, TensorEntry& e, OpOutput* output);

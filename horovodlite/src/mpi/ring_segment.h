@@ -15,6 +15,9 @@
 #include <cstdint>
 
 #include "horovodlite/common.h"
+#include "horovodlite/config.h"
+#include "ops/ring_allreduce.h"
+#include "world.h"
 
 namespace horovodlite {
 
@@ -28,5 +31,10 @@ int64_t tcp_eager_limit_bytes();
 // largest multiple of 64 bytes that still goes eagerly (the limit less 64 bytes
 // of headers) if that is smaller. Every rank gets the same value (the minimum).
 Status ring_segment_bytes(MPI_Comm comm, int64_t configured, bool crosses_hosts, int64_t* out);
+
+// Collective over an MPI world's ranks: the options of the world's flat ring
+// (segments as above across hosts). On failure (on any rank) every rank gets
+// an error, and should not set the ring up.
+Status mpi_ring_options(const World& world, const Config& config, RingAllreduceOptions* out);
 
 }  // namespace horovodlite

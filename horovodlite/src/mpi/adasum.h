@@ -75,16 +75,14 @@
 
 #include "horovodlite/common.h"
 #include "host_memory.h"
-#include "mpi_context.h"
-#include "ops/adasum_exchange.h"
+#include "mpi/adasum_exchange.h"
+#include "mpi/mpi_world.h"
+#include "ops/adasum_kernels.h"
 #include "ops/algorithm.h"
 #include "ops/fusion.h"
+#include "world.h"
 
 namespace horovodlite {
-
-// Whether Adasum reduces this dtype (float16, bfloat16, float32, float64).
-bool adasum_dtype(DataType dtype);
-inline bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 // The buffer-level algorithm on a communicator it borrows (the caller keeps it
 // alive and uses it for nothing else while run() is in progress).
@@ -150,8 +148,9 @@ class Adasum {
 // fails with a clear error where the size is not a power of two).
 class AdasumAllreduce : public Algorithm {
  public:
-  // Collective over mpi.comm(): duplicates it for its own traffic.
-  AdasumAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion);
+  // Collective over an MPI world's communicator (World::mpi()): duplicates it
+  // for its own traffic.
+  AdasumAllreduce(const World& world, std::shared_ptr<FusionBuffer> fusion);
   ~AdasumAllreduce() override;
   const char* name() const override { return "ADASUM_ALLREDUCE"; }
   bool enabled(const Response& response) const override;
@@ -160,7 +159,7 @@ class AdasumAllreduce : public Algorithm {
  private:
   Status allreduce(const OpArgs& args);
 
-  const MpiContext& mpi_;
+  const World& world_;
   std::shared_ptr<FusionBuffer> fusion_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   Status init_status_;
