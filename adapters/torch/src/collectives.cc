@@ -294,6 +294,20 @@ std::vector<std::string> group_names(const std::vector<std::string>& names, size
   return names.empty() ? std::vector<std::string>(count) : names;
 }
 
+// The core returns one handle per tensor, or, for a group it refuses before
+// there are per-tensor handles (no tensors at all), one failed handle named
+// after the op: that error is raised here, at the call, instead of returning
+// no handle to carry it.
+void check_one_per_tensor(const std::vector<HandlePtr>& handles, size_t count, const char* what) {
+  if (handles.size() == count) return;
+  Status s = handles.empty() ? Status::OK() : handles[0]->wait();
+  if (s.ok()) {
+    s = Status::Internal(std::string(what) + ": the core returned " + std::to_string(handles.size()) + " handles for " +
+                         std::to_string(count) + " tensors");
+  }
+  throw HorovodError(s);
+}
+
 std::vector<AsyncHandle> grouped_allreduce(const std::vector<at::Tensor>& tensors,
                                            const std::vector<std::string>& names, const AllreduceOptions& options,
                                            bool in_place) {
@@ -313,9 +327,9 @@ std::vector<AsyncHandle> grouped_allreduce(const std::vector<at::Tensor>& tensor
   }
   std::vector<HandlePtr> handles = horovodlite::grouped_allreduce_async(group_names(names, tensors.size(), what),
                                                                         in_views, out_views, options, ready);
+  check_one_per_tensor(handles, tensors.size(), what);
   std::vector<AsyncHandle> out;
   for (size_t i = 0; i < handles.size(); ++i) {
-    if (i >= tensors.size()) break;
     keep_alive(handles[i], {tensors[i], inputs[i], outputs[i]});
     AsyncHandle::Finisher finish =
         in_place ? finish_in_place(tensors[i], inputs[i]) : AsyncHandle::Finisher([o = outputs[i]]() { return o; });
@@ -344,8 +358,9 @@ std::vector<AsyncHandle> grouped_allocating(const std::vector<at::Tensor>& tenso
     slots.push_back(slot);
   }
   std::vector<HandlePtr> handles = submit(views, allocators, ready);
+  check_one_per_tensor(handles, tensors.size(), what);
   std::vector<AsyncHandle> out;
-  for (size_t i = 0; i < handles.size() && i < tensors.size(); ++i) {
+  for (size_t i = 0; i < handles.size(); ++i) {
     keep_alive(handles[i], {inputs[i]});
     out.push_back(finish_with_slot(handles[i], slots[i], inputs[i]));
   }
