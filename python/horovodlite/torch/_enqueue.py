@@ -52,8 +52,6 @@ from horovodlite.torch.handles import _grouped, _Handle
 
 # Looked up once (module globals are cheaper than attribute chains per call).
 _Tensor = torch.Tensor
-_float32 = torch.float32
-_float64 = torch.float64
 _NONE = Compression.none
 _FP16 = Compression.fp16
 _allreduce_async = _C.allreduce_async
@@ -93,7 +91,7 @@ def enqueue_allreduce(tensor, name, op, process_set, prescale_factor, postscale_
     if compression is _NONE:
         fp16_wire = False
     elif compression is _FP16:
-        fp16_wire = tensor.dtype is _float32 or tensor.dtype is _float64
+        fp16_wire = True  # the core converts float32 and float64 only; the others travel as they are
     else:
         raise ValueError("%s: the core compresses only with Compression.fp16; compress other ways before "
                          "calling" % what)
