@@ -4,7 +4,7 @@
 // project's 2-vCPU VM is moved by its host between the two placements every few
 // minutes (~55 ns and ~320 ns here), and a producer-consumer copy (a send slot
 // that the peer's core reads) changes speed with it, so benchmark figures are
-// labelled with it (docs/adasum.md, "Near and far cores"):
+// labelled with it (docs/results/2026-11-adasum.md, "Near and far cores"):
 //
 //     build/bench/core_latency [--cpus 0,1] [--trips 200000]
 //

@@ -38,7 +38,7 @@ const char* freed_memory_name(FreedMemory f);
 // process_vm_readv, which pins them one page at a time. With 4 KiB pages the
 // pinning costs about as much as the copy (a 64 MiB allreduce, np 2, on this
 // project's VM: 12.9 ms from ordinary pages, 7.9 ms from huge ones;
-// docs/performance.md, "Huge pages"). So a buffer of kHugePage bytes or more is
+// docs/results/2026-11-performance.md, "Huge pages"). So a buffer of kHugePage bytes or more is
 // mapped on its own, kHugePage aligned, and advised onto transparent huge
 // pages (madvise MADV_HUGEPAGE) before anything touches it: the kernel uses
 // them where its THP mode is "madvise" or "always" and it has free 2 MiB

@@ -8,8 +8,8 @@
 // hand to peers through the cache. Pinned round-robin over the ranks that
 // share the set, ranks r and r + n share a CPU for good (n CPUs): Adasum at
 // np 4 on two CPUs whose caches are far apart ran at 0.74-0.81x Sum (medians
-// of four campaigns) instead of 0.62-0.68x (docs/adasum.md, "Pinning the
-// background thread", "Where the CPU goes"). Where every rank has a CPU of
+// of four campaigns) instead of 0.62-0.68x (docs/results/2026-11-adasum.md,
+// "Pinning the background thread", "Where the CPU goes"). Where every rank has a CPU of
 // its own, or the launcher bound each rank to CPUs of its own (mpirun
 // --bind-to core), nothing is pinned.
 #pragma once

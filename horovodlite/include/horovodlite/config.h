@@ -139,7 +139,8 @@ struct Config {
   // Reads the environment; returns InvalidArgument naming the variable and value
   // on anything malformed or out of range.
   // The transport the job runs on: MPI (mpirun), or Gloo TCP for a process
-  // started without mpirun (the Gloo-launch contract, notes/contract-gloo.md):
+  // started without mpirun (the Gloo-launch contract,
+  // docs/elastic.md#the-gloo-launch-contract):
   // HOROVOD_CONTROLLER=gloo or HOROVOD_CPU_OPERATIONS=gloo (mpi|gloo; they must
   // agree when both are set), or, when neither is set, Gloo whenever
   // HOROVOD_GLOO_RENDEZVOUS_ADDR is set and the process was not started by
