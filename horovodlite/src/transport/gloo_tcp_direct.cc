@@ -142,10 +142,10 @@ class TcpRequest : public Request {
   ~TcpRequest() override { hub_->abandon(op_); }
   Status test(bool* done) override { return hub_->test(op_.get(), done); }
   // The I/O happens in test(); its polls yield the core between tests, as an
-  // MPI job's do (MPI_Test with mpi_yield_when_idle, the launcher's flags):
-  // ranks that share cores (2x2 on the 2-core testbed) need it. On 2 simulated
-  // hosts, per-op medians against MPI's: 2x2 1 MiB 1.63x spinning 200 us, 1.09x
-  // yielding, 64 MiB 1.10x / 1.01x; 1x1 4 MiB 1.06x / 0.99x (docs/transport.md).
+  // MPI job's do (MPI_Test with the launcher's flags,
+  // python/horovodlite/runner/mpi_flags.py): where ranks share cores, a
+  // spinning rank holds the core its peer needs (spinning against yielding:
+  // docs/results/2026-11-transport.md, "Waits that yield, and 2x2").
   Backoff tune(const Backoff& b) const override { return yielding(b); }
 
  private:
