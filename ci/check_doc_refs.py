@@ -119,8 +119,10 @@ def check_file(path, errors):
 
 def main(argv):
     errors = []
+    me = os.path.relpath(os.path.abspath(__file__), ROOT)
     for path in tracked_files(argv[1:]):
-        check_file(path, errors)
+        if path != me:  # (its examples name no real file)
+            check_file(path, errors)
     for e in errors:
         print(e)
     if errors:
