@@ -18,17 +18,17 @@ Who checks what (one contract at each boundary):
   number of ranks, the root rank's range and membership of the set, alltoall's
   splits (one per rank, not negative, summing to dim 0; without splits, dim 0
   divisible by the number of ranks), reducescatter's dimension, and at
-  negotiation what ranks disagree about. Its errors name the tensor and are
-  raised when the handle is synchronized (ValueError for a bad argument).
+  negotiation what ranks disagree about. Its errors name the tensor: those of
+  its argument checks are raised at the call (ValueError for a bad argument),
+  what ranks disagree about when the handle is synchronized.
 
 The checks put the common case first (a str name, float factors, a plain op,
 the global set: one type test each), so the in-place allreduce that the
-optimizer and per-parameter loops call 200 times a step costs little more than
-the binding. The bindings are called positionally: pybind11 matches keyword
-arguments by name on every call, which measured about 1 us more per call (2.3
-vs 3.3 us, best of 30 rounds of 200 calls); the hot callers call
-enqueue_allreduce positionally too (a Python call with keywords costs ~0.1 us
-more).
+optimizer and per-parameter loops call for every parameter of every step costs
+little more than the binding. The bindings are called positionally: pybind11
+matches keyword arguments by name on every call (the cost:
+docs/results/2026-11-python.md); the hot callers call enqueue_allreduce
+positionally too (a Python call with keywords costs a little more).
 """
 
 import torch
