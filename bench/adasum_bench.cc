@@ -7,7 +7,7 @@
 // output on transparent huge pages (the library's HostBuffer, advised
 // MADV_HUGEPAGE, as PyTorch's THP_MEM_ALLOC_ENABLE=1 does for its tensors): the same-host transfers pin
 // the sender's pages, and with 4 KiB pages that pinning costs about as much as
-// the copy (docs/adasum.md, "Huge pages").
+// the copy (docs/results/2026-11-performance.md, "Huge pages").
 //
 //   source ci/env.sh; mpirun -np 2 build/bench/adasum_bench [--bytes N] [--rounds R] [--op both|sum|adasum]
 //   [--huge-pages]

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Adasum against Sum by core placement: runs the issue-28 benches RUNS times
 # each, labels every run with build/bench/core_latency just before and after it
-# ("near": the VM's two cores share a last-level cache; "far": they do not; the
-# host moves them between the two, docs/adasum.md, "Near and far cores"), and
-# prints each bench's Sum/Adasum ratio by placement (median, range, runs).
+# ("near": the two cores share a last-level cache; "far": they do not; a VM's
+# host can move them between the two, docs/results/2026-11-adasum.md, "Near and
+# far cores"), and prints each bench's Sum/Adasum ratio by placement (median, range, runs).
 # Runs whose two labels differ changed placement mid-run and are not counted.
 #
 #   bash bench/adasum_by_placement.sh                  # RUNS=8 NPS="2 4" KINDS="py cc"

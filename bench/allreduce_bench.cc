@@ -2,8 +2,11 @@
 // buffers in the same run. Raw MPI is timed first, before horovodlite starts its
 // background thread, so that MPI has the machine to itself.
 //
-//   mpirun -np 2 --bind-to none --mca mpi_yield_when_idle 1 build/bench/allreduce_bench --csv out.csv
+//   source ci/env.sh; mpirun -np 2 build/bench/allreduce_bench [--min-bytes N] [--max-bytes N]
+//   [--iters-percent P] [--csv out.csv] [--no-resnet]
 //
+// (ci/env.sh gives a plain mpirun the launcher's flags, runner/mpi_flags.py, as
+// OMPI_MCA_* variables.)
 // Prints, per size: time, algbw = bytes/time, busbw = algbw * 2(n-1)/n (the
 // nccl-tests definition) and the ratio to MPI; then the ResNet-50 gradient set
 // (161 tensors, 25.6 M floats, enqueued in reverse as backward would) against one

@@ -1,10 +1,10 @@
 // Core-to-core round trip: two threads, pinned to two CPUs, pass one cache line
 // back and forth. Where the two CPUs share a last-level cache a round trip takes
-// tens of nanoseconds; across chiplets or sockets several times that. This
-// project's 2-vCPU VM is moved by its host between the two placements every few
-// minutes (~55 ns and ~320 ns here), and a producer-consumer copy (a send slot
-// that the peer's core reads) changes speed with it, so benchmark figures are
-// labelled with it (docs/adasum.md, "Near and far cores"):
+// tens of nanoseconds; across chiplets or sockets several times that. A VM's
+// host can move its vCPUs between the two placements while it runs, and a
+// producer-consumer copy (a send slot that the peer's core reads) changes
+// speed with it, so benchmark figures are labelled with it
+// (docs/results/2026-11-adasum.md, "Near and far cores"):
 //
 //     build/bench/core_latency [--cpus 0,1] [--trips 200000]
 //

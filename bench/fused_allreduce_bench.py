@@ -9,7 +9,7 @@ gradients. Sum and Adasum in turn:
 Rank 0 prints, per op, the median and min over --rounds calls of the slowest
 rank's time, and how much of its memory is on transparent huge pages
 (AnonHugePages, /proc/self/smaps_rollup): the fusion buffer is there when the
-kernel allows it (docs/performance.md, "Huge pages").
+kernel allows it (docs/results/2026-11-performance.md, "Huge pages").
 """
 import argparse
 import time

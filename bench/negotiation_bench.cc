@@ -2,7 +2,7 @@
 // every rank, back to back, by
 //   - MPI_Allreduce (blocking: the reference),
 //   - MPI_Iallreduce completed with horovodlite's mpi_wait (what the background
-//     thread used until 2026-11-22),
+//     thread used before RecursiveDoubling),
 //   - RecursiveDoubling on the host-ordered communicator (what it uses now).
 //
 //   mpirun -np 4 build/bench/negotiation_bench [--words 35] [--iters 2000]

@@ -95,9 +95,8 @@ def worker_tensors(args):
             fn()
     # Each method's rounds run as one block. Interleaved rounds measured gloo's
     # after-effects, not horovodlite or MPI: after a gloo round, the next rounds of
-    # the others took 2x (horovodlite 2.0 ms instead of 0.94, one MPI_Allreduce
-    # 0.47 instead of 0.18; plain mpirun -np 2, where each rank and its threads
-    # share one core).
+    # the others ran slower (under a plain mpirun, where each rank and its
+    # threads share one core).
     for m, fn in methods.items():
         for _ in range(args.rounds):
             for t in tensors:

@@ -96,8 +96,8 @@ def measure(comm, dist, nbytes, methods, repeats, block_calls=0):
         return results
     for r in range(repeats):
         # The order rotates from round to round: the method that runs right
-        # after MPI_Allreduce is slower at 4 KiB-1 MiB whichever it is (measured:
-        # 3-8x), so no method may always take that place.
+        # after MPI_Allreduce is slower at 4 KiB-1 MiB whichever it is, so no
+        # method may always take that place.
         k = r % len(methods)
         for m in methods[k:] + methods[:k]:
             if m in ("hvl_inplace", "gloo"):

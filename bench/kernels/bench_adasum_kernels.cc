@@ -52,8 +52,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_adasum_kernels: the piece must be at least 1 MiB\n");
     return 2;
   }
-  // 8x the AMD VM's last-level cache (32 MiB); on the Intel VM (its L3 listed as 480 MiB)
-  // one core reads 128 MiB and more at memory speed already (docs/adasum.md).
+  // Several times a last-level cache: where a CPU lists a larger one, one core
+  // still reads this much at memory speed (docs/results/2026-11-adasum.md).
   const size_t flush_bytes = size_t{256} << 20;
   HostBuffer x(n * 4), y(n * 4), seg(kSegment * 4), flush(flush_bytes);
   if (!x.data() || !y.data() || !seg.data() || !flush.data()) {

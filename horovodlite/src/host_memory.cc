@@ -182,16 +182,16 @@ struct Seen {
 constexpr size_t kSeenCapacity = 32;
 // Sightings before trying again where the kernel had no huge page free.
 constexpr int64_t kRetryAfter = 64;
-// A check of pages moved already takes well under a microsecond per huge page
-// here; moving one (a 2 MiB copy) about 750 us. Slower than this, a check moved
+// A check of pages moved already takes well under a microsecond per huge page;
+// moving one is a 2 MiB copy. Slower than this, a check moved
 // pages again: the buffer was freed and made anew at the same address (a
 // custom allocator, HOROVODLITE_KEEP_FREED_MEMORY=0). Twice in a row (once
 // can be a buffer freed once, e.g. a tensor made again of another dtype), and
 // it is left alone: moving it every op costs more than it saves. Measured in
 // this thread's CPU time, which the kernel's copy adds to and a preemption or
 // a wait during the call does not: in wall time, ranks that share cores made
-// a check of moved pages look slow (2026-11-29: 0.5-15 ms for 5 pages, about
-// one run of core_adasum_np4 in ten gave up on a buffer this way).
+// a check of moved pages look slow, often enough for a test run to give up on
+// a buffer this way.
 constexpr double kSlowCheckPerPage = 100e-6;  // seconds of CPU
 constexpr int kSlowChecksToGiveUp = 2;
 double thread_cpu_seconds() {

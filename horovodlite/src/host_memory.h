@@ -6,13 +6,12 @@
 // at least its mmap threshold (at most 32 MiB) are unmapped when freed, and the
 // heap's free top is trimmed beyond the trim threshold. A training step frees its
 // activations and allocates them again in the next step, so each comes back as
-// fresh pages, faulted in and zeroed one by one: ResNet-50 at batch 16 on the
-// CPU took 0.4-0.8 million minor faults per step and rank (1.5-3.2 GB), about a
-// third of its time, and how many depended on where the heap's live blocks
-// happened to lie (docs/performance.md). Kept, the memory is reused in place:
-// no mmap for large blocks (M_MMAP_MAX 0) and no trimming (M_TRIM_THRESHOLD
-// unlimited), for the life of the process. The cost is the high-water mark:
-// freed memory stays with the process (ResNet-50: peak RSS 6-13 % higher).
+// fresh pages, faulted in and zeroed one by one: for a CNN trained on the CPU a
+// large part of each step, and how much depended on where the heap's live
+// blocks happened to lie (docs/performance.md). Kept, the memory is reused in
+// place: no mmap for large blocks (M_MMAP_MAX 0) and no trimming
+// (M_TRIM_THRESHOLD unlimited), for the life of the process. The cost is the
+// high-water mark: freed memory stays with the process (a higher peak RSS).
 #pragma once
 
 #include <cstddef>
@@ -36,9 +35,8 @@ const char* freed_memory_name(FreedMemory f);
 // A buffer that ranks on this host copy out of: Open MPI's single copy (CMA)
 // and the Gloo transport's shared-memory path read the sender's pages with
 // process_vm_readv, which pins them one page at a time. With 4 KiB pages the
-// pinning costs about as much as the copy (a 64 MiB allreduce, np 2, on this
-// project's VM: 12.9 ms from ordinary pages, 7.9 ms from huge ones;
-// docs/performance.md, "Huge pages"). So a buffer of kHugePage bytes or more is
+// pinning costs about as much as the copy (docs/results/2026-11-performance.md,
+// "Huge pages"). So a buffer of kHugePage bytes or more is
 // mapped on its own, kHugePage aligned, and advised onto transparent huge
 // pages (madvise MADV_HUGEPAGE) before anything touches it: the kernel uses
 // them where its THP mode is "madvise" or "always" and it has free 2 MiB
@@ -96,15 +94,14 @@ struct ByteRange {
 // are moved onto transparent huge pages where they lie (madvise MADV_COLLAPSE,
 // Linux 6.1 and later: the kernel copies each 2 MiB into a huge page mapped at
 // the same address; contents and addresses do not change, the user sees
-// nothing). The move costs one copy of the buffer, once (64 MiB: ~23 ms on this
-// project's VM); each later op only checks (~5-40 us: the kernel finds the
-// pages moved). Off with HUGE_PAGE_INPUTS=0 (Config::huge_page_inputs), where
-// the kernel's THP mode is "never", and for buffers the kernel will not move
-// (file-backed or shared mappings: tried once per buffer; a kernel short of
-// free huge pages: tried again later), nor for a buffer that comes back on
-// fresh 4 KiB pages at every op (freed and allocated anew at the same
-// address: left alone after two checks in a row that had to move it again).
-// Returns what of [p, p + bytes) lies on
+// nothing). The move costs one copy of the buffer, once; each later op only
+// checks (the kernel finds the pages moved: microseconds). Off with
+// HUGE_PAGE_INPUTS=0 (Config::huge_page_inputs), where the kernel's THP mode is
+// "never", and for buffers the kernel will not move (file-backed or shared
+// mappings: tried once per buffer; a kernel short of free huge pages: tried
+// again later), nor for a buffer that comes back on fresh 4 KiB pages at every
+// op (freed and allocated anew at the same address: left alone after two checks
+// in a row that had to move it again). Returns what of [p, p + bytes) lies on
 // huge pages for the op in progress: all of it inside a HostBuffer; the whole
 // 2 MiB pages inside it where MADV_COLLAPSE just returned 0 (moved now or
 // before); otherwise nothing. Thread-safe.

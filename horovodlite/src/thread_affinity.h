@@ -2,14 +2,14 @@
 // HOROVOD_THREAD_AFFINITY; include/horovodlite/config.h).
 //
 // Why a default: where more ranks share a set of CPUs than it has (mpirun
-// --oversubscribe --bind-to none, as this project's tests and 2-core machines
-// run), the kernel moves each rank's background thread between CPUs
+// --oversubscribe --bind-to none, as the tests and small machines run), the
+// kernel moves each rank's background thread between CPUs
 // from one op to the next, and with it the working set that its collectives
 // hand to peers through the cache. Pinned round-robin over the ranks that
 // share the set, ranks r and r + n share a CPU for good (n CPUs): Adasum at
-// np 4 on two CPUs whose caches are far apart ran at 0.74-0.81x Sum (medians
-// of four campaigns) instead of 0.62-0.68x (docs/adasum.md, "Pinning the
-// background thread", "Where the CPU goes"). Where every rank has a CPU of
+// np 4 on CPUs whose caches are far apart gained most
+// (docs/results/2026-11-adasum.md, "Pinning the background thread", "Where
+// the CPU goes"). Where every rank has a CPU of
 // its own, or the launcher bound each rank to CPUs of its own (mpirun
 // --bind-to core), nothing is pinned.
 #pragma once

@@ -2,10 +2,10 @@
 // of the adapter's exceptions into Horovod's Python exception types.
 //
 // _C.Handle is a plain CPython type holding a PyHandle, not a pybind11 class:
-// every *_async call returns one, and a pybind11 instance cost ~0.15 us to make
-// and as much to free (its holder allocation and its entry in pybind11's global
-// table of registered instances: 12 % of the calling thread's time in the
-// per-tensor round of 200 allreduce_async_ calls; docs/performance.md). The
+// every *_async call returns one, and a pybind11 instance costs its holder
+// allocation and its entry in pybind11's global table of registered instances
+// to make and as much to free, a visible share of a per-tensor loop of
+// allreduce_async_ calls (docs/performance.md). The
 // type_caster below lets every binding keep returning PyHandle (or a vector of
 // them) and get these objects.
 #pragma once

@@ -181,7 +181,7 @@ TEST(Protocol, DuplicateNameInFlightIsAnError) {
   // two ops back to back on every rank was flaky: under load a rank's thread can
   // be descheduled between its two calls while the op completes, and that rank's
   // second op is then a new op that no other rank submits; it waited forever.
-  // docs/reliability.md, "A flaky test found under load".)
+  // docs/results/2026-11-reliability.md, "A flaky test found under load".)
   for (int withheld : {0, size - 1}) {
     if (size < 2) break;
     const std::string name = "dup." + std::to_string(withheld);

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "horovodlite/torch/collectives.h"
 #include "horovodlite/torch/error.h"
@@ -304,6 +305,34 @@ TEST(TorchCollectives, Reducescatter) {
   at::Tensor avg = hvt::reducescatter(rank_values({size() * 2, 2}, rank(), at::kDouble).t().t(), "rs.avg");
   at::Tensor expected = expected_reduce({size() * 2, 2}, at::kDouble, ReduceOp::kAverage, 7);
   EXPECT_TRUE(at::allclose(avg, expected.slice(0, 2 * rank(), 2 * rank() + 2), 1e-12, 1e-12));
+}
+
+TEST(TorchCollectives, GroupedOpsAndTheEmptyGroup) {
+  // One handle per tensor, in order.
+  std::vector<at::Tensor> ins = {rank_values({5}, rank(), at::kDouble), rank_values({2, 3}, rank(), at::kFloat)};
+  std::vector<hvt::AsyncHandle> sums = hvt::grouped_allreduce_async(ins, {"grouped.a", "grouped.b"}, {ReduceOp::kSum});
+  ASSERT_EQ(sums.size(), 2u);
+  EXPECT_TRUE(at::equal(sums[0].synchronize(), expected_reduce({5}, at::kDouble, ReduceOp::kSum, 7)));
+  EXPECT_TRUE(at::equal(sums[1].synchronize(), expected_reduce({2, 3}, at::kFloat, ReduceOp::kSum, 7).to(at::kFloat)));
+  std::vector<hvt::AsyncHandle> gathered = hvt::grouped_allgather_async({at::full({1, 2}, 1.0 * rank())});
+  ASSERT_EQ(gathered.size(), 1u);
+  EXPECT_EQ(gathered[0].synchronize().size(0), size());
+
+  // No tensors: the core's error is raised at the call (not an empty list of
+  // handles that drops it), with the op's name.
+  auto refuses_empty = [](const char* what, const std::function<std::vector<hvt::AsyncHandle>()>& call) {
+    try {
+      std::vector<hvt::AsyncHandle> handles = call();
+      ADD_FAILURE() << what << " of no tensors returned " << handles.size() << " handles";
+    } catch (const hvt::HorovodError& e) {
+      EXPECT_EQ(e.code(), StatusCode::kInvalidArgument) << e.what();
+      EXPECT_EQ(std::string(e.what()), std::string(what) + ": the list of tensors is empty");
+    }
+  };
+  refuses_empty("grouped_allreduce", [] { return hvt::grouped_allreduce_async({}); });
+  refuses_empty("grouped_allreduce", [] { return hvt::grouped_allreduce_async_({}); });  // the core's op name
+  refuses_empty("grouped_allgather", [] { return hvt::grouped_allgather_async({}); });
+  refuses_empty("grouped_reducescatter", [] { return hvt::grouped_reducescatter_async({}); });
 }
 
 TEST(TorchCollectives, JoinAndBarrier) {

@@ -123,9 +123,10 @@ at::Tensor contiguous_input(const at::Tensor& tensor) {
 // the stream that was current at enqueue (the consumer's), then re-records the
 // ready event there, so that the core's stream also waits for the earlier users
 // of the memory the caching allocator hands out.
-OutputAllocator allocator_into(std::shared_ptr<at::Tensor> slot, at::TensorOptions options,
+// `dtype`: the options' dtype, as check_tensor() returned it for the input.
+OutputAllocator allocator_into(std::shared_ptr<at::Tensor> slot, at::TensorOptions options, DataType dtype,
                                TorchReadyEventPtr ready = nullptr) {
-  return [slot, options, ready](const Shape& shape, TensorView* out) -> Status {
+  return [slot, options, dtype, ready](const Shape& shape, TensorView* out) -> Status {
     try {
 #ifdef HVL_TORCH_CUDA
       if (ready != nullptr) {
@@ -138,7 +139,7 @@ OutputAllocator allocator_into(std::shared_ptr<at::Tensor> slot, at::TensorOptio
 #else
       *slot = at::empty(shape, options);
 #endif
-      *out = make_view(*slot);
+      *out = make_checked_view(*slot, dtype);
       return Status::OK();
     } catch (const std::exception& e) {
       return Status::Internal(std::string("allocating the output tensor failed: ") + e.what());
@@ -153,39 +154,39 @@ AsyncHandle finish_with_slot(const HandlePtr& handle, std::shared_ptr<at::Tensor
 }  // namespace
 
 AsyncHandle allreduce_async(const at::Tensor& tensor, const std::string& name, const AllreduceOptions& options) {
-  check_tensor(tensor, "allreduce");
+  const DataType dtype = check_tensor(tensor, "allreduce");
   at::Tensor input = contiguous_input(tensor);
   // A fresh tensor on a reused storage once a steady state is reached: no page
   // faults per call for large outputs (output_pool.h).
   at::Tensor output = OutputPool::global().take(input);
-  HandlePtr handle = horovodlite::allreduce_async(name, make_checked_view(input), make_checked_view(output), options,
-                                                  ready_event(input));
+  HandlePtr handle = horovodlite::allreduce_async(name, make_checked_view(input, dtype),
+                                                  make_checked_view(output, dtype), options, ready_event(input));
   keep_alive(handle, {input, output});
   return AsyncHandle(handle, on_device(handle, input, [output]() { return output; }));
 }
 
 AsyncHandle allreduce_async(const at::Tensor& input, const at::Tensor& output, const std::string& name,
                             const AllreduceOptions& options) {
-  check_tensor(input, "allreduce");
-  check_tensor(output, "allreduce (output)");
+  const DataType in_dtype = check_tensor(input, "allreduce");
+  const DataType out_dtype = check_tensor(output, "allreduce (output)");
   check_argument(output.is_contiguous(), "allreduce: output must be contiguous");
   at::Tensor in = contiguous_input(input);
-  // The core's rule (dtype, size, device, no partial overlap), checked before the view below.
-  throw_if_error(horovodlite::check_allreduce_output(name, make_view(in), make_view(output)));
+  const TensorView in_view = make_checked_view(in, in_dtype);
+  TensorView out_view = make_checked_view(output, out_dtype);
+  // The core's rule (dtype, size, device, no partial overlap), raised at the call.
+  throw_if_error(horovodlite::check_allreduce_output(name, in_view, out_view));
   // The core's output takes the input's shape (same numel, contiguous).
-  at::Tensor out = output.view(in.sizes());
-  const bool same = in.numel() == 0 || in.data_ptr() == out.data_ptr();
-  TensorView out_view = make_view(out);
-  HandlePtr handle =
-      horovodlite::allreduce_async(name, same ? out_view : make_view(in), out_view, options, ready_event(in));
-  keep_alive(handle, {in, out, output});
+  out_view.shape = in_view.shape;
+  const bool same = in.numel() == 0 || in.data_ptr() == output.data_ptr();
+  HandlePtr handle = horovodlite::allreduce_async(name, same ? out_view : in_view, out_view, options, ready_event(in));
+  keep_alive(handle, {in, output});
   return AsyncHandle(handle, on_device(handle, output, [output]() { return output; }));
 }
 
 AsyncHandle allreduce_async_(const at::Tensor& tensor, const std::string& name, const AllreduceOptions& options) {
-  check_tensor(tensor, "allreduce_");
+  const DataType dtype = check_tensor(tensor, "allreduce_");
   at::Tensor buffer = in_place_buffer(tensor);
-  TensorView view = make_checked_view(buffer);
+  TensorView view = make_checked_view(buffer, dtype);
   HandlePtr handle = horovodlite::allreduce_async(name, view, view, options, ready_event(buffer));
   keep_alive(handle, {tensor, buffer});
   return AsyncHandle(handle, on_device(handle, buffer, finish_in_place(tensor, buffer)));
@@ -200,11 +201,12 @@ at::Tensor allreduce_(const at::Tensor& tensor, const std::string& name, const A
 }
 
 AsyncHandle allgather_async(const at::Tensor& tensor, const std::string& name, const ProcessSet& process_set) {
-  check_tensor(tensor, "allgather");
+  const DataType dtype = check_tensor(tensor, "allgather");
   at::Tensor input = contiguous_input(tensor);
   auto slot = std::make_shared<at::Tensor>();
   TorchReadyEventPtr ready = ready_event(input);
-  HandlePtr handle = horovodlite::allgather_async(name, make_view(input), allocator_into(slot, input.options(), ready),
+  HandlePtr handle = horovodlite::allgather_async(name, make_checked_view(input, dtype),
+                                                  allocator_into(slot, input.options(), dtype, ready),
                                                   AllgatherOptions{process_set}, ready);
   keep_alive(handle, {input});
   return finish_with_slot(handle, slot, input);
@@ -216,24 +218,24 @@ at::Tensor allgather(const at::Tensor& tensor, const std::string& name, const Pr
 
 AsyncHandle broadcast_async(const at::Tensor& tensor, int root_rank, const std::string& name,
                             const ProcessSet& process_set) {
-  check_tensor(tensor, "broadcast");
+  const DataType dtype = check_tensor(tensor, "broadcast");
   at::Tensor output;
   {
     at::NoGradGuard no_grad;
     output = tensor.clone(at::MemoryFormat::Contiguous);
   }
-  HandlePtr handle = horovodlite::broadcast_async(name, make_view(output), root_rank, BroadcastOptions{process_set},
-                                                  ready_event(output));
+  HandlePtr handle = horovodlite::broadcast_async(name, make_checked_view(output, dtype), root_rank,
+                                                  BroadcastOptions{process_set}, ready_event(output));
   keep_alive(handle, {output});
   return AsyncHandle(handle, on_device(handle, output, [output]() { return output; }));
 }
 
 AsyncHandle broadcast_async_(const at::Tensor& tensor, int root_rank, const std::string& name,
                              const ProcessSet& process_set) {
-  check_tensor(tensor, "broadcast_");
+  const DataType dtype = check_tensor(tensor, "broadcast_");
   at::Tensor buffer = in_place_buffer(tensor);
-  HandlePtr handle = horovodlite::broadcast_async(name, make_view(buffer), root_rank, BroadcastOptions{process_set},
-                                                  ready_event(buffer));
+  HandlePtr handle = horovodlite::broadcast_async(name, make_checked_view(buffer, dtype), root_rank,
+                                                  BroadcastOptions{process_set}, ready_event(buffer));
   keep_alive(handle, {tensor, buffer});
   return AsyncHandle(handle, on_device(handle, buffer, finish_in_place(tensor, buffer)));
 }
@@ -248,13 +250,13 @@ at::Tensor broadcast_(const at::Tensor& tensor, int root_rank, const std::string
 
 AsyncHandle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name,
                            const ProcessSet& process_set) {
-  check_tensor(tensor, "alltoall");
+  const DataType dtype = check_tensor(tensor, "alltoall");
   at::Tensor input = contiguous_input(tensor);
   auto slot = std::make_shared<at::Tensor>();
   TorchReadyEventPtr ready = ready_event(input);
-  HandlePtr handle =
-      horovodlite::alltoall_async(name, make_view(input), splits, allocator_into(slot, input.options(), ready),
-                                  AlltoallOptions{process_set}, ready);
+  HandlePtr handle = horovodlite::alltoall_async(name, make_checked_view(input, dtype), splits,
+                                                 allocator_into(slot, input.options(), dtype, ready),
+                                                 AlltoallOptions{process_set}, ready);
   keep_alive(handle, {input});
   return finish_with_slot(handle, slot, input);
 }
@@ -270,12 +272,12 @@ AlltoallResult alltoall(const at::Tensor& tensor, const std::vector<int64_t>& sp
 
 AsyncHandle reducescatter_async(const at::Tensor& tensor, const std::string& name,
                                 const ReducescatterOptions& options) {
-  check_tensor(tensor, "reducescatter");
+  const DataType dtype = check_tensor(tensor, "reducescatter");
   at::Tensor input = contiguous_input(tensor);
   auto slot = std::make_shared<at::Tensor>();
   TorchReadyEventPtr ready = ready_event(input);
-  HandlePtr handle = horovodlite::reducescatter_async(name, make_view(input),
-                                                      allocator_into(slot, input.options(), ready), options, ready);
+  HandlePtr handle = horovodlite::reducescatter_async(
+      name, make_checked_view(input, dtype), allocator_into(slot, input.options(), dtype, ready), options, ready);
   keep_alive(handle, {input});
   return finish_with_slot(handle, slot, input);
 }
@@ -292,6 +294,20 @@ std::vector<std::string> group_names(const std::vector<std::string>& names, size
   return names.empty() ? std::vector<std::string>(count) : names;
 }
 
+// The core returns one handle per tensor, or, for a group it refuses before
+// there are per-tensor handles (no tensors at all), one failed handle named
+// after the op: that error is raised here, at the call, instead of returning
+// no handle to carry it.
+void check_one_per_tensor(const std::vector<HandlePtr>& handles, size_t count, const char* what) {
+  if (handles.size() == count) return;
+  Status s = handles.empty() ? Status::OK() : handles[0]->wait();
+  if (s.ok()) {
+    s = Status::Internal(std::string(what) + ": the core returned " + std::to_string(handles.size()) + " handles for " +
+                         std::to_string(count) + " tensors");
+  }
+  throw HorovodError(s);
+}
+
 std::vector<AsyncHandle> grouped_allreduce(const std::vector<at::Tensor>& tensors,
                                            const std::vector<std::string>& names, const AllreduceOptions& options,
                                            bool in_place) {
@@ -300,20 +316,20 @@ std::vector<AsyncHandle> grouped_allreduce(const std::vector<at::Tensor>& tensor
   std::vector<TensorView> in_views, out_views;
   std::vector<ReadyEventPtr> ready;
   for (const at::Tensor& t : tensors) {
-    check_tensor(t, what);
+    const DataType dtype = check_tensor(t, what);
     at::Tensor in = in_place ? in_place_buffer(t) : contiguous_input(t);
     at::Tensor out = in_place ? in : at::empty_like(in, at::MemoryFormat::Contiguous);
     inputs.push_back(in);
     outputs.push_back(out);
-    in_views.push_back(make_view(in));
-    out_views.push_back(make_view(out));
+    in_views.push_back(make_checked_view(in, dtype));
+    out_views.push_back(make_checked_view(out, dtype));
     ready.push_back(ready_event(in));
   }
   std::vector<HandlePtr> handles = horovodlite::grouped_allreduce_async(group_names(names, tensors.size(), what),
                                                                         in_views, out_views, options, ready);
+  check_one_per_tensor(handles, tensors.size(), what);
   std::vector<AsyncHandle> out;
   for (size_t i = 0; i < handles.size(); ++i) {
-    if (i >= tensors.size()) break;
     keep_alive(handles[i], {tensors[i], inputs[i], outputs[i]});
     AsyncHandle::Finisher finish =
         in_place ? finish_in_place(tensors[i], inputs[i]) : AsyncHandle::Finisher([o = outputs[i]]() { return o; });
@@ -331,19 +347,20 @@ std::vector<AsyncHandle> grouped_allocating(const std::vector<at::Tensor>& tenso
   std::vector<ReadyEventPtr> ready;
   std::vector<std::shared_ptr<at::Tensor>> slots;
   for (const at::Tensor& t : tensors) {
-    check_tensor(t, what);
+    const DataType dtype = check_tensor(t, what);
     at::Tensor in = contiguous_input(t);
     auto slot = std::make_shared<at::Tensor>();
     TorchReadyEventPtr r = ready_event(in);
     inputs.push_back(in);
-    views.push_back(make_view(in));
-    allocators.push_back(allocator_into(slot, in.options(), r));
+    views.push_back(make_checked_view(in, dtype));
+    allocators.push_back(allocator_into(slot, in.options(), dtype, r));
     ready.push_back(r);
     slots.push_back(slot);
   }
   std::vector<HandlePtr> handles = submit(views, allocators, ready);
+  check_one_per_tensor(handles, tensors.size(), what);
   std::vector<AsyncHandle> out;
-  for (size_t i = 0; i < handles.size() && i < tensors.size(); ++i) {
+  for (size_t i = 0; i < handles.size(); ++i) {
     keep_alive(handles[i], {inputs[i]});
     out.push_back(finish_with_slot(handles[i], slots[i], inputs[i]));
   }

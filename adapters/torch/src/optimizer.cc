@@ -201,11 +201,11 @@ at::Tensor DistributedOptimizer::step(::torch::optim::Optimizer::LossClosure clo
 // parameter's value from before the step. (Horovod steps each parameter from
 // its gradient hook; stepping them together here gives the same update for the
 // element-wise torch::optim optimizers, and every update leaves at once.)
+// Adasum's rules (floating point, a power-of-two number of ranks) are the
+// core's to check, as each update is enqueued; its error names the tensor and
+// the rank. A parameter whose update failed keeps its value from before the
+// step (the wrapped optimizer's own state has stepped).
 at::Tensor DistributedOptimizer::adasum_step(::torch::optim::Optimizer::LossClosure closure) {
-  const int world = ::horovodlite::size();
-  check_argument(world > 0 && (world & (world - 1)) == 0,
-                 "DistributedOptimizer: Adasum needs a power-of-two number of ranks, but the world size is " +
-                     std::to_string(world));
   at::Tensor loss;
   if (closure) {
     at::AutoGradMode grad(true);
@@ -231,15 +231,21 @@ at::Tensor DistributedOptimizer::adasum_step(::torch::optim::Optimizer::LossClos
   StatusCode first_code = StatusCode::kOk;
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
+    bool combined = true;
     try {
       p.handle.synchronize();
     } catch (const HorovodError& e) {
+      combined = false;
       if (first_code == StatusCode::kOk) {
         first_error = e.what();
         first_code = e.code();
       }
     }
-    deltas[i].add_(start[i]);
+    if (combined) {
+      deltas[i].add_(start[i]);
+    } else {
+      deltas[i].copy_(start[i]);
+    }
     p.handle = AsyncHandle();
     p.delay = options_.backward_passes_per_step;
   }

@@ -19,9 +19,9 @@ namespace torch {
 namespace detail {
 
 // saved <- live, of the same sizes, dtype and device: memcpy for contiguous CPU
-// tensors (glibc's, with streaming stores for large blocks: 25M float32 parameters
-// and their momentum in 22 ms where Tensor::copy_ took 35, 2026-11-24), copy_
-// otherwise. The commit of an elastic state copies with it.
+// tensors (glibc's, with streaming stores for large blocks: faster than
+// Tensor::copy_ for a large model's state), copy_ otherwise. The commit of an
+// elastic state copies with it.
 void copy_into(const at::Tensor& saved, const at::Tensor& live);
 
 class OptimizerSnapshot {

@@ -58,7 +58,7 @@ DataType to_data_type(at::ScalarType type) {
   return out;
 }
 
-void check_tensor(const at::Tensor& tensor, const std::string& what) {
+DataType check_tensor(const at::Tensor& tensor, const std::string& what) {
   // Messages are built only on failure: this runs for every tensor of every op.
   if (!tensor.defined()) check_argument(false, what + ": the tensor is undefined");
 #ifdef HVL_TORCH_CUDA
@@ -77,19 +77,19 @@ void check_tensor(const at::Tensor& tensor, const std::string& what) {
   }
   if (tensor.is_sparse()) check_argument(false, what + ": sparse tensors are not supported");
   if (tensor.is_quantized()) check_argument(false, what + ": quantized tensors are not supported");
-  to_data_type(tensor.scalar_type());
+  return to_data_type(tensor.scalar_type());
 }
 
 TensorView make_view(const at::Tensor& tensor) {
-  check_tensor(tensor, "make_view");
+  const DataType dtype = check_tensor(tensor, "make_view");
   check_argument(tensor.is_contiguous(), "make_view: the tensor must be contiguous");
-  return make_checked_view(tensor);
+  return make_checked_view(tensor, dtype);
 }
 
-TensorView make_checked_view(const at::Tensor& tensor) {
+TensorView make_checked_view(const at::Tensor& tensor, DataType dtype) {
   TensorView view;
   view.data = tensor.data_ptr();
-  view.dtype = to_data_type(tensor.scalar_type());
+  view.dtype = dtype;
   view.shape = tensor.sizes().vec();
   view.device = tensor.device().is_cuda() ? static_cast<int>(tensor.device().index()) : kCpuDevice;
   return view;

@@ -30,15 +30,14 @@ struct Config {
   // rank that has them pending adds its input to the negotiation's allreduce,
   // and where all ranks had them the result is final — one round instead of
   // two (controller.h). 0 turns it off. Must be the same on every rank
-  // (checked at init). Measured (README): a 4 KiB allreduce on 2 ranks of one
-  // host 12-14 -> 9-10 us, across 2 hosts x 2 ranks MPI + 48..130 us -> MPI +
-  // 18..24 us.
+  // (checked at init). What it saves a small allreduce: docs/performance.md.
   int64_t eager_allreduce_bytes = 16384;
   // LOG_LEVEL: trace, debug, info, warning, error, fatal.
   LogLevel log_level = LogLevel::kWarning;
   // RING_THRESHOLD (bytes): host allreduces of at least this many bytes use our
-  // pipelined ring instead of MPI_Allreduce (measured on 2 cores, np=2: the ring
-  // wins from about 1 MiB, is level below). -1 never uses the ring.
+  // pipelined ring instead of MPI_Allreduce (the default: about where the ring
+  // starts to win on one host; below it the two are level). -1 never uses the
+  // ring.
   int64_t ring_threshold_bytes = 1ll << 20;
   // RING_SEGMENT_BYTES: the ring's pipelining granularity.
   int64_t ring_segment_bytes = 256ll << 10;
@@ -139,7 +138,8 @@ struct Config {
   // Reads the environment; returns InvalidArgument naming the variable and value
   // on anything malformed or out of range.
   // The transport the job runs on: MPI (mpirun), or Gloo TCP for a process
-  // started without mpirun (the Gloo-launch contract, notes/contract-gloo.md):
+  // started without mpirun (the Gloo-launch contract,
+  // docs/elastic.md#the-gloo-launch-contract):
   // HOROVOD_CONTROLLER=gloo or HOROVOD_CPU_OPERATIONS=gloo (mpi|gloo; they must
   // agree when both are set), or, when neither is set, Gloo whenever
   // HOROVOD_GLOO_RENDEZVOUS_ADDR is set and the process was not started by

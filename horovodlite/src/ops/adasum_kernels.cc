@@ -30,22 +30,20 @@ __attribute__((target("avx2,fma"))) double hsum(__m256d v) {
 // combination's segments last first, and the hardware streamer restarts at
 // every 4 KiB page.
 //
-// The combination prefetches both pieces 4 KiB ahead into L1: of 8M floats
-// with the caches flushed, it took 6.9 ms without and 5.7 ms with it (one
-// process; 5.6 and 5.3 ms with two at once; an earlier machine). On this
-// wave's VM (AMD EPYC) it takes 2.5 ms, and a scratch copy without it, or with
-// it into L2, was not faster beyond the noise: left as it is.
+// The combination prefetches both pieces 4 KiB ahead into L1: with the caches
+// flushed it was faster with it than without; a scratch copy without it, or
+// with it into L2, was not faster beyond the noise: left as it is.
 //
 // The dot products read this rank's piece from memory (at the first level:
 // the user's tensor) against the partner's segment, just copied in and still
 // in cache. Three multiply-adds in double per element pair make them as much
 // bound by arithmetic as by memory, and with the L1 prefetch they kept too few
-// lines in flight: 8M floats from memory against a segment in cache took
-// 2.5 ms, twice the 1.2 ms of the arithmetic alone. Prefetched into L2 8 KiB
-// ahead instead (L2 holds more misses in flight than L1's miss buffers), and
-// only the piece from memory: 1.3 ms (bench/kernels/bench_adasum_kernels,
-// docs/adasum.md). Prefetches past the end of a piece are harmless (they never
-// fault; the neighbouring segment).
+// lines in flight: from memory they took about twice the time of the
+// arithmetic alone. Prefetched into L2 8 KiB ahead instead (L2 holds more
+// misses in flight than L1's miss buffers), and only the piece from memory,
+// they run at about the arithmetic's speed (bench/kernels/bench_adasum_kernels).
+// Prefetches past the end of a piece are harmless (they never fault; the
+// neighbouring segment).
 constexpr uintptr_t kPrefetchL1Bytes = 4096;
 constexpr uintptr_t kPrefetchL2Bytes = 8192;
 

@@ -32,9 +32,10 @@ class ShmRequest : public Request {
     Status s = wait(hub_->abandon_after());
     if (!s.ok()) hub_->abandon(op_);
   }
-  // Polls yield instead of spinning, as Open MPI's do with mpi_yield_when_idle:
-  // a busy spin would hold a core the training threads of this host need
-  // (the same-host peers are on the same cores).
+  // Polls yield instead of spinning, as an MPI job's do with the launcher's
+  // flags (python/horovodlite/runner/mpi_flags.py): a busy spin would hold a
+  // core the training threads of this host need (the same-host peers are on
+  // the same cores).
   Backoff tune(const Backoff& b) const override { return yielding(b); }
   Status test(bool* done) override {
     if (finished_) {

@@ -53,9 +53,9 @@ struct TcpOp {
 // The bytes of an early message: up to kEarlyPooledBytes (a ring segment
 // across hosts is 64 KiB) in a spare buffer of the hub, given back when the
 // message is gone; larger ones on the heap. Never zero-filled: every byte is
-// read from the socket before it is used. (Read eagerly into zero-filled
-// vectors, 70-90 % of a 4 MiB allreduce's messages on 2 simulated hosts were
-// early, and the op took either ~1.6 or ~3.6 ms a call, by job.)
+// read from the socket before it is used. (Most of a large allreduce's
+// messages come early; read into zero-filled vectors, the op's time doubled in
+// some jobs.)
 constexpr size_t kEarlyPooledBytes = size_t{64} << 10;
 constexpr size_t kEarlySpares = 64;
 
@@ -142,10 +142,10 @@ class TcpRequest : public Request {
   ~TcpRequest() override { hub_->abandon(op_); }
   Status test(bool* done) override { return hub_->test(op_.get(), done); }
   // The I/O happens in test(); its polls yield the core between tests, as an
-  // MPI job's do (MPI_Test with mpi_yield_when_idle, the launcher's flags):
-  // ranks that share cores (2x2 on the 2-core testbed) need it. On 2 simulated
-  // hosts, per-op medians against MPI's: 2x2 1 MiB 1.63x spinning 200 us, 1.09x
-  // yielding, 64 MiB 1.10x / 1.01x; 1x1 4 MiB 1.06x / 0.99x (docs/transport.md).
+  // MPI job's do (MPI_Test with the launcher's flags,
+  // python/horovodlite/runner/mpi_flags.py): where ranks share cores, a
+  // spinning rank holds the core its peer needs (spinning against yielding:
+  // docs/results/2026-11-transport.md, "Waits that yield, and 2x2").
   Backoff tune(const Backoff& b) const override { return yielding(b); }
 
  private:
@@ -444,14 +444,12 @@ void TcpHub::fail_channel(TcpChannel* c, const std::string& why) {
 // cost more than a copy: a receive for another slot is posted (its message may
 // be behind this one), this rank's own sends to the peer are stuck (the peer
 // may be waiting for this rank to read), more than kParkQueueBytes wait in the
-// socket (a full socket closes the peer's window: at 16 and 64 MiB waiting
-// without that bound made the allreduce 1.05-1.3x MPI's time instead of 0.7-0.8;
-// 1 MiB cost the 4 MiB op 6 %, 4 MiB the 64 MiB op 20 %), or it has waited
+// socket (a full socket closes the peer's window: large allreduces slowed
+// down without that bound, and a smaller bound slowed them too), or it has waited
 // park_limit_ (so sends complete without their receive, as MPI's eager ones,
 // while the rank is busy elsewhere). Then it is read into a heap copy that its
 // receive takes when posted. Reading every message at once (most into copies)
-// made a 4 MiB allreduce on 2 simulated hosts 1.13x MPI's time; waiting, 1.00x
-// (median per-op times of 5-6 jobs each; docs/transport.md).
+// was slower than waiting (docs/transport.md).
 bool TcpHub::place_arriving(TcpChannel* c) {
   if (!meet_receive(&c->recvs, c->in_hdr.slot, c->in_hdr.bytes, &c->in_op)) {
     if (c->sends.empty() && c->recvs.empty() && std::chrono::steady_clock::now() - c->parked_since < park_limit_ &&

@@ -81,9 +81,8 @@ class GlooRequest : public Request {
   }
   // Gloo's loop thread completes the buffer: yield to it (and to whoever else
   // needs the core) for a while before sleeping, never busy-spin; the sleeps
-  // stay short. With
-  // the control back-off alone a 2-rank vote took ~250 us on loopback (the
-  // doubling sleeps: 2 + 4 + ... + 128 us) against ~25 us over MPI.
+  // stay short: with the control back-off alone a vote waits through the
+  // doubling sleeps (2 + 4 + ... + 128 us), far longer than over MPI.
   Backoff tune(const Backoff& b) const override {
     Backoff out = yielding(b);  // a busy spin would hold the core the loop thread needs
     out.max_sleep_us = std::min(b.max_sleep_us, 50);
@@ -152,9 +151,8 @@ class GlooTransport : public Context {
   }
   // An op whose whole buffer fits in half a ring (the reduce-scatter's and the
   // allgather's messages in flight at once then fit in it): its messages
-  // through the rings. np 2, hvd.allreduce: 256 KiB-2 MiB 1.6-2.4x faster than
-  // by single copy; a 4 MiB op through the rings took 0.37-1.8 ms, by single
-  // copy 0.52-0.65 (docs/transport.md).
+  // through the rings, faster for such ops than single copy; larger ones vary
+  // more through the rings than by single copy (docs/transport.md).
   Status isend_in_op(const void* buf, size_t bytes, int peer, int tag, size_t op_bytes, RequestPtr* request) override {
     return post(true, const_cast<void*>(buf), bytes, peer, tag, request, op_bytes <= kShmRingBytes / 2);
   }

@@ -1,9 +1,9 @@
 // gloo::rendezvous::Store over the launcher's HTTP key-value store (the
-// Gloo-launch contract, notes/contract-gloo.md): set = PUT /<scope>/<key>,
-// get = GET polled with a growing back-off until present or the timeout (an
-// error naming the key and the address). One short connection per request over
-// a plain socket; no HTTP library. Every request is signed with the job's
-// secret and every reply checked (transport/auth.h).
+// Gloo-launch contract, docs/elastic.md#the-gloo-launch-contract):
+// set = PUT /<scope>/<key>, get = GET polled with a growing back-off until
+// present or the timeout (an error naming the key and the address). One short
+// connection per request over a plain socket; no HTTP library. Every request
+// is signed with the job's secret and every reply checked (transport/auth.h).
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,7 @@
 """horovodlite.ray.RayExecutor: a horovodlite job on Ray actors (horovod.ray's API).
 
-Control plane (docs/engines.md): the Gloo launch of notes/contract-gloo.md. The
+Control plane (docs/engines.md): the Gloo launch of
+docs/elastic.md#the-gloo-launch-contract. The
 executor (in the Ray driver) serves the rendezvous KV store; start() places
 `num_workers` actors (a placement group: PACK for num_workers, STRICT_SPREAD
 over num_hosts), asks each for its host, gives out ranks contiguous per host and

@@ -3,8 +3,8 @@ horovod/runner/gloo_run.py, our own code).
 
 The launcher serves the rendezvous KV store (runner/rendezvous.py), works out
 each rank's place (rank, local rank, cross rank) from the host list, and starts
-every rank with the Gloo-launch contract's environment (notes/contract-gloo.md;
-both built by runner/worker_env.py):
+every rank with the Gloo-launch contract's environment
+(docs/elastic.md#the-gloo-launch-contract; both built by runner/worker_env.py):
 local ranks as child processes, remote ranks through the launch agent (ssh, or
 the simulated-hosts agent) wrapped in runner/task.py, which ends the rank when
 the launcher goes away. When a rank fails the launcher names it, ends the others

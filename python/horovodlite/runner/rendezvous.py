@@ -1,7 +1,8 @@
 """The rendezvous key-value store that a Gloo job's launcher serves over HTTP.
 
 Workers started without mpirun find each other through it (the Gloo-launch
-contract, docs/transport.md; Horovod 0.28's KVStoreHandler shape):
+contract, docs/elastic.md#the-gloo-launch-contract; Horovod 0.28's
+KVStoreHandler shape):
 
     PUT    /<scope>/<key>   body = raw bytes   -> 200
     GET    /<scope>/<key>                      -> 200 + the bytes, or 404 if not yet set

@@ -8,7 +8,7 @@ horovodlite-run) or from one host name per worker in the engine's own order
 (assign_ranks: Spark's partition index, Ray's actor index). A worker's
 environment is the caller's (rank_environment: all of it for a local rank, the
 FORWARDED part for a remote one), the job's variables and the Gloo-launch
-contract's HOROVOD_* variables of notes/contract-gloo.md (gloo_env).
+contract's HOROVOD_* variables (docs/elastic.md#the-gloo-launch-contract; gloo_env).
 """
 
 import collections

@@ -1,6 +1,7 @@
 """horovodlite.spark.run: a horovodlite job inside a Spark job (horovod.spark.run's API).
 
-Control plane (docs/engines.md): the Gloo launch of notes/contract-gloo.md. The
+Control plane (docs/engines.md): the Gloo launch of
+docs/elastic.md#the-gloo-launch-contract. The
 driver serves the rendezvous KV store (horovodlite.runner.rendezvous) and starts
 one Spark barrier stage of `num_proc` tasks. Each task registers its host under
 <scope>/task/<partition>; once all have, the driver gives out ranks (contiguous

@@ -25,7 +25,7 @@ def check_tensor(tensor, what):
 def check_tensors(tensors, what):
     if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
         raise TypeError("%s: expected a list or tuple of torch.Tensor, got %s" % (what, type(tensors).__name__))
-    if len(tensors) == 0:  # (the core's error for it comes back with no handle to carry it)
+    if len(tensors) == 0:  # before the callers unpack it (zip(*[]) has nothing to unpack)
         raise ValueError("%s: the list of tensors is empty" % what)
     for t in tensors:
         check_tensor(t, what)

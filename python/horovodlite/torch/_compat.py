@@ -21,8 +21,8 @@
   therefore registered through ``eager()``: ``torch.compiler.disable`` (2.1+),
   so compiled autograd calls them as opaque functions, eagerly, at the place
   in the backward graph where autograd would have called them. This imports
-  ``torch._dynamo`` when the first optimizer registers its hooks (about 1.5 s
-  on the project's 2-core machine, once per process).
+  ``torch._dynamo`` when the first optimizer registers its hooks (seconds,
+  once per process; docs/results/2026-11-python.md).
 """
 
 import sys

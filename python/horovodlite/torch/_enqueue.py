@@ -18,17 +18,17 @@ Who checks what (one contract at each boundary):
   number of ranks, the root rank's range and membership of the set, alltoall's
   splits (one per rank, not negative, summing to dim 0; without splits, dim 0
   divisible by the number of ranks), reducescatter's dimension, and at
-  negotiation what ranks disagree about. Its errors name the tensor and are
-  raised when the handle is synchronized (ValueError for a bad argument).
+  negotiation what ranks disagree about. Its errors name the tensor: those of
+  its argument checks are raised at the call (ValueError for a bad argument),
+  what ranks disagree about when the handle is synchronized.
 
 The checks put the common case first (a str name, float factors, a plain op,
 the global set: one type test each), so the in-place allreduce that the
-optimizer and per-parameter loops call 200 times a step costs little more than
-the binding. The bindings are called positionally: pybind11 matches keyword
-arguments by name on every call, which measured about 1 us more per call (2.3
-vs 3.3 us, best of 30 rounds of 200 calls); the hot callers call
-enqueue_allreduce positionally too (a Python call with keywords costs ~0.1 us
-more).
+optimizer and per-parameter loops call for every parameter of every step costs
+little more than the binding. The bindings are called positionally: pybind11
+matches keyword arguments by name on every call (the cost:
+docs/results/2026-11-python.md); the hot callers call enqueue_allreduce
+positionally too (a Python call with keywords costs a little more).
 """
 
 import torch
@@ -52,8 +52,6 @@ from horovodlite.torch.handles import _grouped, _Handle
 
 # Looked up once (module globals are cheaper than attribute chains per call).
 _Tensor = torch.Tensor
-_float32 = torch.float32
-_float64 = torch.float64
 _NONE = Compression.none
 _FP16 = Compression.fp16
 _allreduce_async = _C.allreduce_async
@@ -93,7 +91,7 @@ def enqueue_allreduce(tensor, name, op, process_set, prescale_factor, postscale_
     if compression is _NONE:
         fp16_wire = False
     elif compression is _FP16:
-        fp16_wire = tensor.dtype is _float32 or tensor.dtype is _float64
+        fp16_wire = True  # the core converts float32 and float64 only; the others travel as they are
     else:
         raise ValueError("%s: the core compresses only with Compression.fp16; compress other ways before "
                          "calling" % what)

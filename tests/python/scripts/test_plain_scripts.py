@@ -100,7 +100,7 @@ def test_example_train_learns(adasum):
     assert header.group(2) == ("Adasum" if adasum else "Average"), p.stdout
     accuracies = [float(a) for a in re.findall(r"accuracy ([0-9.]+)", p.stdout)]
     assert len(accuracies) == 3, p.stdout
-    # Ten classes (chance: 0.1); both reached 0.80-0.81 after 3 epochs here.
+    # Ten classes (chance: 0.1); the bar is well above chance and below what both reach.
     assert accuracies[-1] > 0.7, p.stdout
 
 

@@ -84,7 +84,8 @@ at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name = "",
 // ---- grouped (Horovod's grouped_allreduce etc.): the tensors are negotiated and
 // executed as one group (none is ready until all are enqueued on every rank; an
 // allreduce group is fused together). `names`: one per tensor, or empty for
-// automatic names. One handle per tensor, in order. ----
+// automatic names. One handle per tensor, in order; an empty list throws
+// HorovodError(kInvalidArgument). ----
 std::vector<AsyncHandle> grouped_allreduce_async(const std::vector<at::Tensor>& tensors,
                                                  const std::vector<std::string>& names = {},
                                                  const AllreduceOptions& options = {});
