@@ -13,7 +13,7 @@
 #include <numeric>
 #include <string>
 
-#include "kernels/half.h"
+#include "kernels/convert.h"
 #include "kernels/reduce.h"
 #include "op_util.h"
 #include "ops/adasum_exchange.h"
@@ -347,28 +347,6 @@ std::string names_of(const Response& r) {
   return s;
 }
 
-// src (float32/float64) * factor -> fp16, and back with the postscale applied
-// in fp16 precision (as the other host allreduces' fp16 path).
-void to_half(uint16_t* dst, const void* src, int64_t n, DataType dtype, double factor, std::vector<char>* tmp) {
-  if (factor != 1.0) {
-    tmp->resize(static_cast<size_t>(n) * dtype_size(dtype));
-    kernels::scale_copy(tmp->data(), src, n, dtype, factor);
-    src = tmp->data();
-  }
-  if (dtype == DataType::kFloat32)
-    kernels::float_to_half_n(dst, static_cast<const float*>(src), n);
-  else
-    kernels::double_to_half_n(dst, static_cast<const double*>(src), n);
-}
-
-void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double factor) {
-  if (dtype == DataType::kFloat32)
-    kernels::half_to_float_n(static_cast<float*>(dst), src, n);
-  else
-    kernels::half_to_double_n(static_cast<double*>(dst), src, n);
-  kernels::scale_as_half(dst, n, dtype, factor);
-}
-
 }  // namespace
 
 AdasumAllreduce::AdasumAllreduce(const MpiContext& mpi, std::shared_ptr<FusionBuffer> fusion)
@@ -446,10 +424,9 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
   {
     ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");
     std::vector<std::pair<void*, int64_t>> zeros;
-    std::vector<char> tmp;
     for (const CopyTask& t : layout.pack(entries, buf, welem, &zeros)) {
       if (fp16)
-        to_half(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, pre, &tmp);
+        kernels::to_half_scaled_n(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, pre);
       else
         kernels::scale_copy(t.dst, t.src, t.count, r.dtype, pre);
     }
@@ -462,7 +439,7 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
   ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
   for (const CopyTask& t : layout.unpack(entries, buf, welem)) {
     if (fp16)
-      from_half(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
+      kernels::from_half_scaled_n(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
     else
       kernels::scale_copy(t.dst, t.src, t.count, r.dtype, post);
   }
