@@ -205,6 +205,96 @@ Status read_transport(Config* c) {
   return Status::OK();
 }
 
+// HIERARCHICAL_ALLREDUCE and HIERARCHICAL_ALLGATHER: on, off, or (unset or
+// empty) auto.
+Status read_hierarchical(Config* c) {
+  for (auto [name, field] : {std::make_pair("HIERARCHICAL_ALLREDUCE", &c->hierarchical_allreduce),
+                             std::make_pair("HIERARCHICAL_ALLGATHER", &c->hierarchical_allgather)}) {
+    bool hierarchical = false;
+    std::string var;
+    const char* v = lookup(name, &var);
+    if (v != nullptr && *v != '\0') {  // unset or empty: auto
+      HVL_RETURN_IF_ERROR(read_bool(name, &hierarchical));
+      *field = hierarchical ? Config::Hierarchical::kOn : Config::Hierarchical::kOff;
+    }
+  }
+  return Status::OK();
+}
+
+// AUTOTUNE_START: where tuning starts, a comma-separated list of NAME=VALUE;
+// each value is validated as that variable would be.
+Status read_autotune_start(Config* c) {
+  read_string("AUTOTUNE_START", &c->autotune_start);
+  if (c->autotune_start.empty()) return Status::OK();
+  size_t begin = 0;
+  while (begin <= c->autotune_start.size()) {
+    size_t end = c->autotune_start.find(',', begin);
+    if (end == std::string::npos) end = c->autotune_start.size();
+    const std::string item = c->autotune_start.substr(begin, end - begin);
+    const size_t eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    const std::string var = "HOROVODLITE_AUTOTUNE_START";
+    char* rest = nullptr;
+    errno = 0;
+    if (name == "FUSION_THRESHOLD" || name == "EAGER_ALLREDUCE_BYTES") {
+      const long long v = std::strtoll(value.c_str(), &rest, 10);
+      const long long max = name == "FUSION_THRESHOLD" ? (1ll << 40) : (1ll << 20);
+      if (value.empty() || *rest != '\0' || errno != 0 || v < 0 || v > max)
+        return bad(var, c->autotune_start.c_str(), name + "=<bytes, 0.." + std::to_string(max) + ">");
+      (name == "FUSION_THRESHOLD" ? c->fusion_threshold_bytes : c->eager_allreduce_bytes) = v;
+    } else if (name == "CYCLE_TIME") {
+      const double v = std::strtod(value.c_str(), &rest);
+      if (value.empty() || *rest != '\0' || errno != 0 || !(v > 0.0 && v <= 10000.0))
+        return bad(var, c->autotune_start.c_str(), "CYCLE_TIME=<milliseconds, > 0 and <= 10000>");
+      c->cycle_time_ms = v;
+    } else if (name == "HIERARCHICAL_ALLREDUCE" || name == "HIERARCHICAL_ALLGATHER") {
+      if (value != "0" && value != "1") return bad(var, c->autotune_start.c_str(), name + "=<0 or 1>");
+      (name == "HIERARCHICAL_ALLREDUCE" ? c->hierarchical_allreduce : c->hierarchical_allgather) =
+          value == "1" ? Config::Hierarchical::kOn : Config::Hierarchical::kOff;
+    } else {
+      return bad(var, c->autotune_start.c_str(),
+                 "a comma-separated list of FUSION_THRESHOLD=, CYCLE_TIME=, EAGER_ALLREDUCE_BYTES=, "
+                 "HIERARCHICAL_ALLREDUCE= or HIERARCHICAL_ALLGATHER= values");
+    }
+    begin = end + 1;
+  }
+  return Status::OK();
+}
+
+// Which of the tunable settings the user fixed (the autotuner leaves those alone).
+void note_user_set(Config* c) {
+  std::string var;
+  c->user_set.fusion_threshold = lookup("FUSION_THRESHOLD", &var) != nullptr;
+  c->user_set.cycle_time = lookup("CYCLE_TIME", &var) != nullptr;
+  c->user_set.eager_allreduce_bytes = lookup("EAGER_ALLREDUCE_BYTES", &var) != nullptr;
+  c->user_set.hierarchical_allreduce = c->hierarchical_allreduce != Config::Hierarchical::kAuto;
+  c->user_set.hierarchical_allgather = c->hierarchical_allgather != Config::Hierarchical::kAuto;
+  // A value in AUTOTUNE_START is where tuning starts, not a fixed setting.
+  const std::string start = "," + c->autotune_start;
+  if (start.find(",FUSION_THRESHOLD=") != std::string::npos) c->user_set.fusion_threshold = false;
+  if (start.find(",CYCLE_TIME=") != std::string::npos) c->user_set.cycle_time = false;
+  if (start.find(",EAGER_ALLREDUCE_BYTES=") != std::string::npos) c->user_set.eager_allreduce_bytes = false;
+  if (start.find(",HIERARCHICAL_ALLREDUCE=") != std::string::npos) c->user_set.hierarchical_allreduce = false;
+  if (start.find(",HIERARCHICAL_ALLGATHER=") != std::string::npos) c->user_set.hierarchical_allgather = false;
+}
+
+// GPU_OPERATIONS: nccl or mpi.
+Status read_gpu_operations(Config* c) {
+  std::string var;
+  if (const char* v = lookup("GPU_OPERATIONS", &var)) {
+    std::string s(v);
+    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (s == "nccl")
+      c->gpu_operations = Config::GpuOperations::kNccl;
+    else if (s == "mpi")
+      c->gpu_operations = Config::GpuOperations::kMpi;
+    else
+      return bad(var, v, "nccl or mpi");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status Config::from_env(Config* out) {
@@ -233,87 +323,16 @@ Status Config::from_env(Config* out) {
     ThreadAffinity parsed;
     HVL_RETURN_IF_ERROR(parse_thread_affinity(c.thread_affinity_var, c.thread_affinity, &parsed));
   }
-  for (auto [name, field] : {std::make_pair("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
-                             std::make_pair("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather)}) {
-    bool hierarchical = false;
-    std::string var;
-    const char* v = lookup(name, &var);
-    if (v != nullptr && *v != '\0') {  // unset or empty: auto
-      HVL_RETURN_IF_ERROR(read_bool(name, &hierarchical));
-      *field = hierarchical ? Hierarchical::kOn : Hierarchical::kOff;
-    }
-  }
+  HVL_RETURN_IF_ERROR(read_hierarchical(&c));
   HVL_RETURN_IF_ERROR(read_bool("AUTOTUNE", &c.autotune));
   read_string("AUTOTUNE_LOG", &c.autotune_log);
   HVL_RETURN_IF_ERROR(read_int("AUTOTUNE_WARMUP_SAMPLES", 0, 1000, &c.autotune_warmup_samples));
   HVL_RETURN_IF_ERROR(read_int("AUTOTUNE_STEPS_PER_SAMPLE", 1, 100000, &c.autotune_steps_per_sample));
   HVL_RETURN_IF_ERROR(read_int("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1, 1000, &c.autotune_bayes_opt_max_samples));
   HVL_RETURN_IF_ERROR(read_double("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 1e-9, 1e3, &c.autotune_gaussian_process_noise));
-  read_string("AUTOTUNE_START", &c.autotune_start);
-  if (!c.autotune_start.empty()) {
-    // Each NAME=VALUE is validated as that variable would be.
-    size_t begin = 0;
-    while (begin <= c.autotune_start.size()) {
-      size_t end = c.autotune_start.find(',', begin);
-      if (end == std::string::npos) end = c.autotune_start.size();
-      const std::string item = c.autotune_start.substr(begin, end - begin);
-      const size_t eq = item.find('=');
-      const std::string name = item.substr(0, eq);
-      const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
-      const std::string var = "HOROVODLITE_AUTOTUNE_START";
-      char* rest = nullptr;
-      errno = 0;
-      if (name == "FUSION_THRESHOLD" || name == "EAGER_ALLREDUCE_BYTES") {
-        const long long v = std::strtoll(value.c_str(), &rest, 10);
-        const long long max = name == "FUSION_THRESHOLD" ? (1ll << 40) : (1ll << 20);
-        if (value.empty() || *rest != '\0' || errno != 0 || v < 0 || v > max)
-          return bad(var, c.autotune_start.c_str(), name + "=<bytes, 0.." + std::to_string(max) + ">");
-        (name == "FUSION_THRESHOLD" ? c.fusion_threshold_bytes : c.eager_allreduce_bytes) = v;
-      } else if (name == "CYCLE_TIME") {
-        const double v = std::strtod(value.c_str(), &rest);
-        if (value.empty() || *rest != '\0' || errno != 0 || !(v > 0.0 && v <= 10000.0))
-          return bad(var, c.autotune_start.c_str(), "CYCLE_TIME=<milliseconds, > 0 and <= 10000>");
-        c.cycle_time_ms = v;
-      } else if (name == "HIERARCHICAL_ALLREDUCE" || name == "HIERARCHICAL_ALLGATHER") {
-        if (value != "0" && value != "1") return bad(var, c.autotune_start.c_str(), name + "=<0 or 1>");
-        (name == "HIERARCHICAL_ALLREDUCE" ? c.hierarchical_allreduce : c.hierarchical_allgather) =
-            value == "1" ? Hierarchical::kOn : Hierarchical::kOff;
-      } else {
-        return bad(var, c.autotune_start.c_str(),
-                   "a comma-separated list of FUSION_THRESHOLD=, CYCLE_TIME=, EAGER_ALLREDUCE_BYTES=, "
-                   "HIERARCHICAL_ALLREDUCE= or HIERARCHICAL_ALLGATHER= values");
-      }
-      begin = end + 1;
-    }
-  }
-  {
-    std::string var;
-    c.user_set.fusion_threshold = lookup("FUSION_THRESHOLD", &var) != nullptr;
-    c.user_set.cycle_time = lookup("CYCLE_TIME", &var) != nullptr;
-    c.user_set.eager_allreduce_bytes = lookup("EAGER_ALLREDUCE_BYTES", &var) != nullptr;
-    c.user_set.hierarchical_allreduce = c.hierarchical_allreduce != Hierarchical::kAuto;
-    c.user_set.hierarchical_allgather = c.hierarchical_allgather != Hierarchical::kAuto;
-    // A value in AUTOTUNE_START is where tuning starts, not a fixed setting.
-    const std::string start = "," + c.autotune_start;
-    if (start.find(",FUSION_THRESHOLD=") != std::string::npos) c.user_set.fusion_threshold = false;
-    if (start.find(",CYCLE_TIME=") != std::string::npos) c.user_set.cycle_time = false;
-    if (start.find(",EAGER_ALLREDUCE_BYTES=") != std::string::npos) c.user_set.eager_allreduce_bytes = false;
-    if (start.find(",HIERARCHICAL_ALLREDUCE=") != std::string::npos) c.user_set.hierarchical_allreduce = false;
-    if (start.find(",HIERARCHICAL_ALLGATHER=") != std::string::npos) c.user_set.hierarchical_allgather = false;
-  }
-  {
-    std::string var;
-    if (const char* v = lookup("GPU_OPERATIONS", &var)) {
-      std::string s(v);
-      for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      if (s == "nccl")
-        c.gpu_operations = GpuOperations::kNccl;
-      else if (s == "mpi")
-        c.gpu_operations = GpuOperations::kMpi;
-      else
-        return bad(var, v, "nccl or mpi");
-    }
-  }
+  HVL_RETURN_IF_ERROR(read_autotune_start(&c));
+  note_user_set(&c);
+  HVL_RETURN_IF_ERROR(read_gpu_operations(&c));
   HVL_RETURN_IF_ERROR(read_transport(&c));
   *out = c;
   return Status::OK();

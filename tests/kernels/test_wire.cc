@@ -1,7 +1,7 @@
-// fp16-on-the-wire kernels (reduce_half_into, to_half_n, from_half_n): the
-// AVX2/F16C path against the scalar one, bit for bit, for float32 and float64
-// buffers, every op and mode, unaligned pointers and in-place output; and the
-// scalar path against the definition written out element by element.
+// fp16-on-the-wire kernels (reduce_half_into, to_half_n, from_half_n, and
+// fp16 compression's scaled conversions in convert.h): the AVX2/F16C path against the scalar one, bit for bit, for
+// float32 and float64 buffers, every op and mode, unaligned pointers and in-place output; and the scalar path against
+// the definition written out element by element.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernel_test_util.h"
+#include "kernels/convert.h"
 #include "kernels/half.h"
 #include "kernels/reduce.h"
 #include "kernels/reduce_impl.h"
@@ -157,6 +158,33 @@ TEST(WireKernels, RoundedBufferEqualsWidenedOutput) {
     std::vector<uint16_t> again(n);
     to_half_n(again.data(), d.data(), n, t);
     EXPECT_EQ(first_mismatch(again.data(), out.data(), n, DataType::kFloat16), -1) << dtype_name(t);
+  }
+}
+
+// fp16 compression's packing and unpacking: scaled, then rounded to half
+// (across the chunks the scaling goes through), and widened, then scaled in
+// fp16 precision.
+TEST(WireKernels, ScaledConversionsEqualScalingAndConvertingTheWholeBuffer) {
+  std::mt19937_64 rng(11);
+  for (DataType t : kWireTypes) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2047}, int64_t{2048}, int64_t{2049}, int64_t{5000}}) {
+      for (double factor : {1.0, 0.25, 3.0}) {
+        const size_t es = dtype_size(t);
+        SkewedBuffer src(n, es, 0), scaled(n, es, 0), widened(n, es, 0), expected(n, es, 0);
+        fill_random(src.data(), n, t, rng);
+        std::vector<uint16_t> half(static_cast<size_t>(n) + 1), want(static_cast<size_t>(n) + 1);
+        to_half_scaled_n(half.data(), src.data(), n, t, factor);
+        scale_copy(scaled.data(), src.data(), n, t, factor);
+        to_half_n(want.data(), scaled.data(), n, t);
+        const std::string where =
+            std::string(dtype_name(t)) + " n=" + std::to_string(n) + " factor " + std::to_string(factor);
+        EXPECT_EQ(first_mismatch(half.data(), want.data(), n, DataType::kFloat16), -1) << where;
+        from_half_scaled_n(widened.data(), half.data(), n, t, factor);
+        from_half_n(expected.data(), half.data(), n, t);
+        scale_as_half(expected.data(), n, t, factor);
+        EXPECT_EQ(first_mismatch(widened.data(), expected.data(), n, t), -1) << where;
+      }
+    }
   }
 }
 

@@ -13,7 +13,7 @@
 #include <numeric>
 #include <string>
 
-#include "kernels/half.h"
+#include "kernels/convert.h"
 #include "kernels/reduce.h"
 #include "mpi/adasum_exchange.h"
 #include "op_util.h"
@@ -112,66 +112,9 @@ std::vector<std::pair<int64_t, int64_t>> Adasum::final_pieces(int64_t total) con
   return pieces;
 }
 
-Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype) {
-  if (!adasum_dtype(dtype)) {
-    return Status::InvalidArgument(std::string("Adasum reduces float16, bfloat16, float32 and float64 only, not ") +
-                                   dtype_name(dtype));
-  }
-  if (!is_power_of_two(size_)) {
-    return Status::InvalidArgument("Adasum needs a power-of-two number of ranks, not " + std::to_string(size_));
-  }
-  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t all = std::accumulate(counts.begin(), counts.end(), int64_t(0));
-  if (size_ == 1 || all == 0) {
-    if (in != out && all > 0) std::memcpy(out, in, static_cast<size_t>(all * elem));
-    return Status::OK();
-  }
-  const int64_t segment = std::max<int64_t>(segment_bytes_ / elem, 1) * elem;
-  // offsets[i]: where tensor i starts; offsets.back(): the total.
-  std::vector<int64_t> offsets(counts.size() + 1, 0);
-  std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
-  const int64_t total = offsets.back();
-  const size_t ntensors = counts.size();
-  char* data = static_cast<char*>(out);
-  // The first level reads the input (so that an out-of-place run copies
-  // nothing); later levels read what the previous one wrote into `out`.
-  const char* src = static_cast<const char*>(in);
-  // What is sent leaves from a slot of ring_ (a huge page; see
-  // adasum_exchange.h): copied there first, or combined straight into it,
-  // unless it already sits on huge pages. The partner's values of the kept
-  // range are stored: out of place, the first level receives them into `out`
-  // (where the combination goes, in place); otherwise into scratch_, and at
-  // levels received while the previous level's are still read (see below),
-  // into scratch_ and scratch2_ in turn.
-  const int64_t half = total - total / 2;
-  HVL_RETURN_IF_ERROR(reserve(&ring_, static_cast<size_t>(2 * kStagedSlots * segment)));
-  if (in == out || size_ > 2) HVL_RETURN_IF_ERROR(reserve(&scratch_, static_cast<size_t>(half * elem)));
-  if (size_ > 2) HVL_RETURN_IF_ERROR(reserve(&scratch2_, static_cast<size_t>((half - half / 2) * elem)));
-  // What of `in` and of `data` is on huge pages (sent as it is; the rest is
-  // copied into slots): a HostBuffer, or the user's buffers moved there from
-  // their second op on where the peers on this host copy out of them.
-  const size_t bytes = static_cast<size_t>(total * elem);
-  auto sendable = [&](const void* p) {
-    if (peers_on_host_) return huge_pages_for_sending(p, bytes);
-    const char* b = static_cast<const char*>(p);
-    return on_huge_pages(p, bytes) ? ByteRange{b, b + bytes} : ByteRange{};
-  };
-  const ByteRange in_huge = sendable(in);
-  const ByteRange data_huge = in == out ? in_huge : sendable(out);
-  char* const send_ring = ring_.data();  // kStagedSlots slots
-  // The other kStagedSlots slots: the last level's results go from there,
-  // unless `data` (the output, or in place the buffer) is on huge pages
-  // already; and the allgather's sends (staged_exchange copies only where
-  // `data` is not on huge pages either): the op's last slot writes, which a
-  // peer may still cache when the next op's first exchange measures the send
-  // slots (SlotStores).
-  char* const gather_ring = ring_.data() + kStagedSlots * segment;
-  char* const result_ring = data_huge.contains(data, bytes) ? nullptr : gather_ring;
-  std::vector<Scalar> sums(3 * ntensors), received(3 * ntensors);
-  const int64_t seg = segment / elem;
-  // Plain or streaming stores into the slots, as measured in this op.
-  adasum_exchange::SlotStores stores(g_forced_slot_stores.load(std::memory_order_relaxed), &placement_);
-
+// One run()'s state: the buffers, where each tensor starts, and where the
+// levels stand. Its methods are the phases of run().
+struct Adasum::Reduction {
   // Partial (a.b, |a|^2, |b|^2) per tensor of each segment of the kept range,
   // kept per segment: they are computed in whichever order the segments come
   // and added up first to last, so the sums (and the result) do not depend on
@@ -180,9 +123,69 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
     size_t tensor;
     Scalar v[3];
   };
-  std::vector<std::vector<Partial>> partials, next_partials;
-  auto piece_dots = [&](const char* mine_base, const char* theirs_base, int64_t theirs_lo, int64_t plo, int64_t phi,
-                        std::vector<Partial>* into) {
+
+  Reduction(Adasum* adasum, const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype)
+      : self(*adasum),
+        in(in),
+        out(out),
+        dtype(dtype),
+        elem(static_cast<int64_t>(dtype_size(dtype))),
+        segment(std::max<int64_t>(self.segment_bytes_ / elem, 1) * elem),
+        seg(segment / elem),
+        offsets(counts.size() + 1, 0),
+        ntensors(counts.size()),
+        data(static_cast<char*>(out)),
+        src(static_cast<const char*>(in)),
+        sums(3 * ntensors),
+        received(3 * ntensors),
+        coefs(2 * ntensors),
+        stores(g_forced_slot_stores.load(std::memory_order_relaxed), &self.placement_) {
+    std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
+    total = offsets.back();
+    hi = total;
+  }
+
+  // The scratch buffers and the slots, and what is on huge pages already.
+  //
+  // What is sent leaves from a slot of ring_ (a huge page; see
+  // adasum_exchange.h): copied there first, or combined straight into it,
+  // unless it already sits on huge pages. The partner's values of the kept
+  // range are stored: out of place, the first level receives them into `out`
+  // (where the combination goes, in place); otherwise into scratch_, and at
+  // levels received while the previous level's are still read (see
+  // combine_into_next_level), into scratch_ and scratch2_ in turn.
+  Status prepare() {
+    const int64_t half = total - total / 2;
+    HVL_RETURN_IF_ERROR(reserve(&self.ring_, static_cast<size_t>(2 * kStagedSlots * segment)));
+    if (in == out || self.size_ > 2) HVL_RETURN_IF_ERROR(reserve(&self.scratch_, static_cast<size_t>(half * elem)));
+    if (self.size_ > 2) HVL_RETURN_IF_ERROR(reserve(&self.scratch2_, static_cast<size_t>((half - half / 2) * elem)));
+    // What of `in` and of `data` is on huge pages (sent as it is; the rest is
+    // copied into slots): a HostBuffer, or the user's buffers moved there from
+    // their second op on where the peers on this host copy out of them.
+    const size_t bytes = static_cast<size_t>(total * elem);
+    auto sendable = [&](const void* p) {
+      if (self.peers_on_host_) return huge_pages_for_sending(p, bytes);
+      const char* b = static_cast<const char*>(p);
+      return on_huge_pages(p, bytes) ? ByteRange{b, b + bytes} : ByteRange{};
+    };
+    in_huge = sendable(in);
+    data_huge = in == out ? in_huge : sendable(out);
+    send_ring = self.ring_.data();  // kStagedSlots slots
+    // The other kStagedSlots slots: the last level's results go from there,
+    // unless `data` (the output, or in place the buffer) is on huge pages
+    // already; and the allgather's sends (staged_exchange copies only where
+    // `data` is not on huge pages either): the op's last slot writes, which a
+    // peer may still cache when the next op's first exchange measures the send
+    // slots (SlotStores).
+    gather_ring = self.ring_.data() + kStagedSlots * segment;
+    result_ring = data_huge.contains(data, bytes) ? nullptr : gather_ring;
+    return Status::OK();
+  }
+
+  // The dot products of [plo, phi) of this rank's values at mine_base and the
+  // partner's at theirs_base (its value of element theirs_lo), per tensor.
+  void piece_dots(const char* mine_base, const char* theirs_base, int64_t theirs_lo, int64_t plo, int64_t phi,
+                  std::vector<Partial>* into) const {
     const auto [first, last] = tensors_in(offsets, plo, phi);
     for (size_t t = first; t < last; ++t) {
       const int64_t a = std::max(plo, offsets[t]), b = std::min(phi, offsets[t + 1]);
@@ -197,32 +200,28 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
       });
       into->push_back(p);
     }
-  };
+  }
 
-  // ---- reduce-scatter: vector halving, distance doubling ----
-  std::vector<std::pair<int64_t, int64_t>> parents;  // the range held before each level
-  int64_t lo = 0, hi = total;
-  char* theirs_base = nullptr;  // where the partner's values of the kept range are
-  bool exchanged = false;       // this level's exchange and dot products done with the previous level's combination
-  bool forward = true;          // this level's exchange walked its segments first to last
-  for (int d = 1; d < size_; d <<= 1) {
-    const int partner = rank_ ^ d;
-    const bool upper = (rank_ & d) != 0;  // this rank holds b (the other half-group's vector is a)
-    const Split level = split(lo, hi, upper);
-    const int64_t keep_lo = level.keep_lo, keep_hi = level.keep_hi, send_lo = level.send_lo, send_hi = level.send_hi;
-    parents.emplace_back(lo, hi);
-    if (!exchanged) {
-      theirs_base = src != data ? data + keep_lo * elem : scratch_.data();
-      partials.assign(static_cast<size_t>((keep_hi - keep_lo + seg - 1) / seg), {});
-      // Piece by piece as the partner's values arrive (stored: the
-      // combination reads them again).
-      HVL_RETURN_IF_ERROR(staged_exchange(
-          comm_, partner, kTagData, src, send_ring, kStagedSlots, &stores, elem, seg,
-          segments(send_lo, send_hi, seg, true), segments(keep_lo, keep_hi, seg, true), theirs_base, keep_lo, kWindow,
-          src == data ? data_huge : in_huge, [&](int64_t plo, int64_t phi) {
-            piece_dots(src, theirs_base, keep_lo, plo, phi, &partials[static_cast<size_t>((plo - keep_lo) / seg)]);
-          }));
-    }
+  // Sends the level's other half to the partner and receives its values of
+  // the kept range, piece by piece, each piece's dot products computed as it
+  // arrives (stored: the combination reads them again).
+  Status exchange_halves(int partner, const Split& level) {
+    theirs_base = src != data ? data + level.keep_lo * elem : self.scratch_.data();
+    partials.assign(static_cast<size_t>((level.keep_hi - level.keep_lo + seg - 1) / seg), {});
+    return staged_exchange(self.comm_, partner, kTagData, src, send_ring, kStagedSlots, &stores, elem, seg,
+                           segments(level.send_lo, level.send_hi, seg, true),
+                           segments(level.keep_lo, level.keep_hi, seg, true), theirs_base, level.keep_lo, kWindow,
+                           src == data ? data_huge : in_huge, [&](int64_t plo, int64_t phi) {
+                             piece_dots(src, theirs_base, level.keep_lo, plo, phi,
+                                        &partials[static_cast<size_t>((plo - level.keep_lo) / seg)]);
+                           });
+  }
+
+  // This rank's (a.b, |a|^2, |b|^2) per tensor, then the group's: the 2d
+  // ranks that share a and b, by recursive doubling over ranks r ^ k, k = 1,
+  // 2, ..., d. Both partners add the same two values (addition is
+  // commutative), so every rank of the group ends with the same sums.
+  Status group_sums(int d, bool upper) {
     std::fill(sums.begin(), sums.end(), Scalar(0));
     for (const auto& piece : partials) {
       for (const Partial& p : piece) {
@@ -231,104 +230,188 @@ Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts
         sums[3 * p.tensor + 2] += upper ? p.v[1] : p.v[2];  // |b|^2
       }
     }
-
-    // The 2d ranks that share a and b: recursive doubling over ranks r ^ k,
-    // k = 1, 2, ..., d. Both partners add the same two values (addition is
-    // commutative), so every rank of the group ends with the same sums.
     for (int k = 1; k <= d; k <<= 1) {
       const int64_t bytes = static_cast<int64_t>(sums.size() * sizeof(Scalar));
-      HVL_RETURN_IF_ERROR(exchange(comm_, rank_ ^ k, kTagScalars, reinterpret_cast<const char*>(sums.data()), bytes,
-                                   reinterpret_cast<char*>(received.data()), bytes, bytes, 0, [](int64_t, int64_t) {}));
+      HVL_RETURN_IF_ERROR(exchange(self.comm_, self.rank_ ^ k, kTagScalars, reinterpret_cast<const char*>(sums.data()),
+                                   bytes, reinterpret_cast<char*>(received.data()), bytes, bytes, 0,
+                                   [](int64_t, int64_t) {}));
       for (size_t i = 0; i < sums.size(); ++i) sums[i] += received[i];
     }
+    return Status::OK();
+  }
 
-    // Combine: the coefficients of each tensor are final now.
-    std::vector<Scalar> coefs(2 * ntensors);  // this rank's piece's, then the partner's
+  // Each tensor's coefficients, final now: this rank's piece's, then the partner's.
+  void set_coefficients(bool upper) {
     for (size_t t = 0; t < ntensors; ++t) {
       const Scalar ca = coefficient(sums[3 * t], sums[3 * t + 1]);
       const Scalar cb = coefficient(sums[3 * t], sums[3 * t + 2]);
       coefs[2 * t] = upper ? cb : ca;
       coefs[2 * t + 1] = upper ? ca : cb;
     }
-    // [rlo, rhi) combined into `at` (where element rlo goes), the partner's
-    // values read from `theirs` (its value of element rlo).
-    auto combine_into = [&](int64_t rlo, int64_t rhi, char* at, const char* theirs, bool stream) {
-      const auto [first, last] = tensors_in(offsets, rlo, rhi);
-      for (size_t t = first; t < last; ++t) {
-        const int64_t a = std::max(rlo, offsets[t]), b = std::min(rhi, offsets[t + 1]);
-        if (a >= b) continue;
-        dispatch(dtype, [&](auto e) {
-          using E = decltype(e);
-          using T = typename E::T;
-          combine<E>(reinterpret_cast<T*>(at + (a - rlo) * elem), reinterpret_cast<const T*>(src + a * elem),
-                     reinterpret_cast<const T*>(theirs + (a - rlo) * elem), b - a, coefs[2 * t], coefs[2 * t + 1],
-                     stream);
-        });
-      }
-    };
-    auto combine_range = [&](int64_t rlo, int64_t rhi, char* at, bool stream) {
+  }
+
+  // [rlo, rhi) combined into `at` (where element rlo goes), the partner's
+  // values read from `theirs` (its value of element rlo).
+  void combine_into(int64_t rlo, int64_t rhi, char* at, const char* theirs, bool stream) const {
+    const auto [first, last] = tensors_in(offsets, rlo, rhi);
+    for (size_t t = first; t < last; ++t) {
+      const int64_t a = std::max(rlo, offsets[t]), b = std::min(rhi, offsets[t + 1]);
+      if (a >= b) continue;
+      dispatch(dtype, [&](auto e) {
+        using E = decltype(e);
+        using T = typename E::T;
+        combine<E>(reinterpret_cast<T*>(at + (a - rlo) * elem), reinterpret_cast<const T*>(src + a * elem),
+                   reinterpret_cast<const T*>(theirs + (a - rlo) * elem), b - a, coefs[2 * t], coefs[2 * t + 1],
+                   stream);
+      });
+    }
+  }
+  // What the exchanges call to make a range of the level's kept half.
+  auto combiner(const Split& level) {
+    return [this, keep_lo = level.keep_lo](int64_t rlo, int64_t rhi, char* at, bool stream) {
       combine_into(rlo, rhi, at, theirs_base + (rlo - keep_lo) * elem, stream);
     };
+  }
+
+  // Combined, fused with the next level's exchange (partner rank ^ 2d): the
+  // half of the kept range that goes to it is sent segment by segment as it is
+  // combined, and each segment of the other half is combined as the partner's
+  // values of it arrive and its dot products computed at once: no second pass
+  // over either half. The walk is the other way round from this level's
+  // exchange (what the cache holds first).
+  Status combine_into_next_level(int d, const Split& level) {
+    const Split next = split(level.keep_lo, level.keep_hi, (self.rank_ & (2 * d)) != 0);
+    char* theirs2 = theirs_base == self.scratch_.data() ? self.scratch2_.data() : self.scratch_.data();
+    next_partials.assign(static_cast<size_t>((next.keep_hi - next.keep_lo + seg - 1) / seg), {});
+    auto on_keep = [&](int64_t plo, int64_t phi) {
+      piece_dots(data, theirs2, next.keep_lo, plo, phi,
+                 &next_partials[static_cast<size_t>((plo - next.keep_lo) / seg)]);
+    };
+    HVL_RETURN_IF_ERROR(make_and_exchange(self.comm_, self.rank_ ^ (2 * d), kTagData, data, theirs2, elem, next.send_lo,
+                                          next.send_hi, next.keep_lo, next.keep_hi, seg, !forward, kWindow,
+                                          combiner(level), on_keep, &stores, send_ring, kStagedSlots));
+    partials.swap(next_partials);
+    theirs_base = theirs2;
+    forward = !forward;
+    return Status::OK();
+  }
+
+  // The last level and the whole allgather at once (every rank on this host):
+  // each combined segment goes at once to every other rank, whose single
+  // copies read it out of this core's cache, as Sum's ring's do, instead of
+  // out of memory an exchange later (docs/adasum.md, "The allgather from every
+  // rank at once").
+  Status combine_and_allgather(const Split& level) {
+    return make_and_allgather(self.comm_, self.rank_, kTagGather, data, elem, self.final_pieces(total), seg, !forward,
+                              combiner(level), &stores, result_ring, kStagedSlots, data_huge);
+  }
+
+  // The last level: each segment is combined and at once sent to the partner,
+  // as the first step of the allgather (whose partner is this level's), while
+  // it is still in cache.
+  Status combine_last_level(int partner, const Split& level) {
+    return make_and_exchange(
+        self.comm_, partner, kTagGather, data, nullptr, elem, level.keep_lo, level.keep_hi, level.send_lo,
+        level.send_hi, seg, !forward, 0, combiner(level), [](int64_t, int64_t) {}, &stores, result_ring, kStagedSlots,
+        data_huge);
+  }
+
+  // The allgather's other steps: the levels walked back, distance halving
+  // (the first step, with the last level's partner, was the last level's).
+  Status allgather() {
+    lo = parents.back().first;
+    hi = parents.back().second;
+    for (int level = static_cast<int>(parents.size()) - 2; level >= 0; --level) {
+      const int partner = self.rank_ ^ (1 << level);
+      const auto [plo, phi] = parents[static_cast<size_t>(level)];
+      // The partner holds the other half of the parent range.
+      const int64_t olo = lo == plo ? hi : plo, ohi = lo == plo ? phi : lo;
+      HVL_RETURN_IF_ERROR(staged_exchange(self.comm_, partner, kTagGather, data, gather_ring, kStagedSlots, &stores,
+                                          elem, seg, segments(lo, hi, seg, true), segments(olo, ohi, seg, true), data,
+                                          0, 0, data_huge, [](int64_t, int64_t) {}));
+      lo = plo;
+      hi = phi;
+    }
+    return Status::OK();
+  }
+
+  Adasum& self;
+  const void* const in;
+  void* const out;
+  const DataType dtype;
+  const int64_t elem;
+  const int64_t segment;         // bytes per message
+  const int64_t seg;             // the same in elements
+  std::vector<int64_t> offsets;  // offsets[i]: where tensor i starts; offsets.back(): the total
+  int64_t total = 0;
+  const size_t ntensors;
+  char* const data;
+  // The first level reads the input (so that an out-of-place run copies
+  // nothing); later levels read what the previous one wrote into `out`.
+  const char* src;
+  ByteRange in_huge, data_huge;
+  char* send_ring = nullptr;
+  char* gather_ring = nullptr;
+  char* result_ring = nullptr;  // null: the results go from `data`
+  std::vector<Scalar> sums, received, coefs;
+  // Plain or streaming stores into the slots, as measured in this op.
+  adasum_exchange::SlotStores stores;
+  std::vector<std::vector<Partial>> partials, next_partials;
+  std::vector<std::pair<int64_t, int64_t>> parents;  // the range held before each level
+  int64_t lo = 0, hi = 0;                            // the range held now
+  char* theirs_base = nullptr;                       // where the partner's values of the kept range are
+  bool forward = true;                               // this level's exchange walked its segments first to last
+};
+
+Status Adasum::run(const void* in, void* out, const std::vector<int64_t>& counts, DataType dtype) {
+  if (!adasum_dtype(dtype)) {
+    return Status::InvalidArgument(std::string("Adasum reduces float16, bfloat16, float32 and float64 only, not ") +
+                                   dtype_name(dtype));
+  }
+  if (!is_power_of_two(size_)) {
+    return Status::InvalidArgument("Adasum needs a power-of-two number of ranks, not " + std::to_string(size_));
+  }
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t all = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+  if (size_ == 1 || all == 0) {
+    if (in != out && all > 0) std::memcpy(out, in, static_cast<size_t>(all * elem));
+    return Status::OK();
+  }
+  Reduction r(this, in, out, counts, dtype);
+  HVL_RETURN_IF_ERROR(r.prepare());
+
+  // ---- reduce-scatter: vector halving, distance doubling ----
+  bool exchanged = false;  // this level's exchange and dot products done with the previous level's combination
+  for (int d = 1; d < size_; d <<= 1) {
+    const int partner = rank_ ^ d;
+    const bool upper = (rank_ & d) != 0;  // this rank holds b (the other half-group's vector is a)
+    const Split level = split(r.lo, r.hi, upper);
+    r.parents.emplace_back(r.lo, r.hi);
+    // Exchange halves with the partner, unless the previous level's combination did.
+    if (!exchanged) HVL_RETURN_IF_ERROR(r.exchange_halves(partner, level));
+    // The group's dot products and norms make the coefficients.
+    HVL_RETURN_IF_ERROR(r.group_sums(d, upper));
+    r.set_coefficients(upper);
+    // Combine, each segment sent on while in cache: to the next level's partner, ...
     if (2 * d < size_) {
-      // Fused with the next level's exchange (partner rank ^ 2d): the half of
-      // the kept range that goes to it is sent segment by segment as it is
-      // combined, and each segment of the other half is combined as the
-      // partner's values of it arrive and its dot products computed at once:
-      // no second pass over either half. The walk is the other way round from
-      // this level's exchange (what the cache holds first).
-      const Split next = split(keep_lo, keep_hi, (rank_ & (2 * d)) != 0);
-      const int64_t keep2_lo = next.keep_lo, keep2_hi = next.keep_hi, send2_lo = next.send_lo, send2_hi = next.send_hi;
-      char* theirs2 = theirs_base == scratch_.data() ? scratch2_.data() : scratch_.data();
-      next_partials.assign(static_cast<size_t>((keep2_hi - keep2_lo + seg - 1) / seg), {});
-      auto on_keep = [&](int64_t plo, int64_t phi) {
-        piece_dots(data, theirs2, keep2_lo, plo, phi, &next_partials[static_cast<size_t>((plo - keep2_lo) / seg)]);
-      };
-      HVL_RETURN_IF_ERROR(make_and_exchange(comm_, rank_ ^ (2 * d), kTagData, data, theirs2, elem, send2_lo, send2_hi,
-                                            keep2_lo, keep2_hi, seg, !forward, kWindow, combine_range, on_keep, &stores,
-                                            send_ring, kStagedSlots));
-      partials.swap(next_partials);
-      theirs_base = theirs2;
+      HVL_RETURN_IF_ERROR(r.combine_into_next_level(d, level));
       exchanged = true;
-      forward = !forward;
     } else if (all_on_host_ && size_ >= 4 && !g_forced_pairwise_allgather.load(std::memory_order_relaxed)) {
-      // The last level and the whole allgather at once (every rank on this
-      // host): each combined segment goes at once to every other rank, whose
-      // single copies read it out of this core's cache, as Sum's ring's do,
-      // instead of out of memory an exchange later (docs/adasum.md, "The
-      // allgather from every rank at once").
-      HVL_RETURN_IF_ERROR(make_and_allgather(comm_, rank_, kTagGather, data, elem, final_pieces(total), seg, !forward,
-                                             combine_range, &stores, result_ring, kStagedSlots, data_huge));
+      // ... or, the last level, to every rank (which ends the op) ...
+      HVL_RETURN_IF_ERROR(r.combine_and_allgather(level));
       g_allgathers_from_every_rank.fetch_add(1, std::memory_order_relaxed);
       return Status::OK();
     } else {
-      // The last level: each segment is combined and at once sent to the
-      // partner, as the first step of the allgather (whose partner is this
-      // level's), while it is still in cache.
-      HVL_RETURN_IF_ERROR(make_and_exchange(
-          comm_, partner, kTagGather, data, nullptr, elem, keep_lo, keep_hi, send_lo, send_hi, seg, !forward, 0,
-          combine_range, [](int64_t, int64_t) {}, &stores, result_ring, kStagedSlots, data_huge));
+      // ... or to this level's partner, as the allgather's first step.
+      HVL_RETURN_IF_ERROR(r.combine_last_level(partner, level));
     }
-    src = data;
-    lo = keep_lo;
-    hi = keep_hi;
+    r.src = r.data;
+    r.lo = level.keep_lo;
+    r.hi = level.keep_hi;
   }
 
-  // ---- allgather: the levels walked back, distance halving (the first
-  // step, with the last level's partner, was done by make_and_exchange) ----
-  lo = parents.back().first;
-  hi = parents.back().second;
-  for (int level = static_cast<int>(parents.size()) - 2; level >= 0; --level) {
-    const int partner = rank_ ^ (1 << level);
-    const auto [plo, phi] = parents[static_cast<size_t>(level)];
-    // The partner holds the other half of the parent range.
-    const int64_t olo = lo == plo ? hi : plo, ohi = lo == plo ? phi : lo;
-    HVL_RETURN_IF_ERROR(staged_exchange(comm_, partner, kTagGather, data, gather_ring, kStagedSlots, &stores, elem, seg,
-                                        segments(lo, hi, seg, true), segments(olo, ohi, seg, true), data, 0, 0,
-                                        data_huge, [](int64_t, int64_t) {}));
-    lo = plo;
-    hi = phi;
-  }
-  return Status::OK();
+  // ---- allgather: the levels walked back ----
+  return r.allgather();
 }
 
 // ---- the algorithm behind the registry ----
@@ -340,28 +423,6 @@ std::string names_of(const Response& r) {
   for (size_t i = 0; i < r.names.size() && i < 4; ++i) s += (i ? ", '" : "'") + r.names[i] + "'";
   if (r.names.size() > 4) s += " and " + std::to_string(r.names.size() - 4) + " more";
   return s;
-}
-
-// src (float32/float64) * factor -> fp16, and back with the postscale applied
-// in fp16 precision (as the other host allreduces' fp16 path).
-void to_half(uint16_t* dst, const void* src, int64_t n, DataType dtype, double factor, std::vector<char>* tmp) {
-  if (factor != 1.0) {
-    tmp->resize(static_cast<size_t>(n) * dtype_size(dtype));
-    kernels::scale_copy(tmp->data(), src, n, dtype, factor);
-    src = tmp->data();
-  }
-  if (dtype == DataType::kFloat32)
-    kernels::float_to_half_n(dst, static_cast<const float*>(src), n);
-  else
-    kernels::double_to_half_n(dst, static_cast<const double*>(src), n);
-}
-
-void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double factor) {
-  if (dtype == DataType::kFloat32)
-    kernels::half_to_float_n(static_cast<float*>(dst), src, n);
-  else
-    kernels::half_to_double_n(static_cast<double*>(dst), src, n);
-  kernels::scale_as_half(dst, n, dtype, factor);
 }
 
 }  // namespace
@@ -439,10 +500,9 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
   {
     ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");
     std::vector<std::pair<void*, int64_t>> zeros;
-    std::vector<char> tmp;
     for (const CopyTask& t : layout.pack(entries, buf, welem, &zeros)) {
       if (fp16)
-        to_half(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, pre, &tmp);
+        kernels::to_half_scaled_n(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, pre);
       else
         kernels::scale_copy(t.dst, t.src, t.count, r.dtype, pre);
     }
@@ -455,7 +515,7 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
   ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
   for (const CopyTask& t : layout.unpack(entries, buf, welem)) {
     if (fp16)
-      from_half(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
+      kernels::from_half_scaled_n(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
     else
       kernels::scale_copy(t.dst, t.src, t.count, r.dtype, post);
   }

@@ -126,6 +126,8 @@ class Adasum {
   // [lo, hi) of the result that each rank holds after the last level (of a
   // buffer of `total` elements).
   std::vector<std::pair<int64_t, int64_t>> final_pieces(int64_t total) const;
+  // One run()'s buffers and state; its methods are run()'s phases.
+  struct Reduction;
 
   MPI_Comm comm_;
   int rank_ = 0;

@@ -239,70 +239,9 @@ Response ReadinessTable::build(const std::string& name, const Pending& p) const 
   err.type = OpType::kError;
   err.names = {name};
   err.error_code = StatusCode::kMismatch;
-  auto mismatch = [&](const char* what, const std::function<std::string(const Request&)>& show,
-                      const std::function<bool(const Request&)>& differs) -> bool {
-    for (int r = 0; r < size_; ++r) {
-      if (p.has[r] && differs(p.by_rank[r])) {
-        err.error_message = std::string("Mismatched ") + what + " for tensor '" + name + "' (" + op_type_name(q0.type) +
-                            ")" + where_ + ": " + per_rank(p.by_rank, p.has, global_, show);
-        return true;
-      }
-    }
-    return false;
-  };
-
-  if (mismatch(
-          "operations", [](const Request& q) { return std::string(op_type_name(q.type)); },
-          [&](const Request& q) { return q.type != q0.type; }))
-    return err;
-  if (mismatch(
-          "data types", [](const Request& q) { return std::string(dtype_name(q.dtype)); },
-          [&](const Request& q) { return q.dtype != q0.dtype; }))
-    return err;
-  if (mismatch(
-          "devices (mixed CPU/GPU placement)", [](const Request& q) { return device_string(q.device); },
-          // Each rank may use its own GPU (cuda:0 here, cuda:1 there); what must agree is
-          // whether the tensor is in host or device memory.
-          [&](const Request& q) { return (q.device < 0) != (q0.device < 0); }))
-    return err;
-
-  const bool dim0_free = q0.type == OpType::kAllgather || q0.type == OpType::kAlltoall;
-  if (dim0_free) {
-    if (mismatch(
-            "shapes (all dimensions but the first must match)", [](const Request& q) { return shape_string(q.shape); },
-            [&](const Request& q) {
-              return q.shape.size() != q0.shape.size() || trailing_dims(q.shape) != trailing_dims(q0.shape);
-            }))
-      return err;
-  } else if (q0.type != OpType::kBarrier) {
-    if (mismatch(
-            "shapes", [](const Request& q) { return shape_string(q.shape); },
-            [&](const Request& q) { return q.shape != q0.shape; }))
-      return err;
-  }
-  if (q0.type == OpType::kBroadcast && mismatch(
-                                           "root ranks", [](const Request& q) { return std::to_string(q.root); },
-                                           [&](const Request& q) { return q.root != q0.root; }))
-    return err;
-  if (q0.type == OpType::kAllreduce || q0.type == OpType::kReducescatter) {
-    if (mismatch(
-            "reduce ops", [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); },
-            [&](const Request& q) { return q.reduce_op != q0.reduce_op; }))
-      return err;
-    if (mismatch(
-            "prescale factors", [](const Request& q) { return fmt_double(q.prescale); },
-            [&](const Request& q) { return q.prescale != q0.prescale; }))
-      return err;
-    if (mismatch(
-            "compression",
-            [](const Request& q) { return std::string(q.compression == Compression::kFp16 ? "fp16" : "none"); },
-            [&](const Request& q) { return q.compression != q0.compression; }))
-      return err;
-    if (mismatch(
-            "postscale factors", [](const Request& q) { return fmt_double(q.postscale); },
-            [&](const Request& q) { return q.postscale != q0.postscale; }))
-      return err;
-  }
+  // Every rank must ask for the same op, on tensors that agree, with the same arguments.
+  if (mismatched(name, p, q0, &err.error_message)) return err;
+  // Ranks that have joined take part in allreduces and barriers only.
   if (joined_count_ > 0 && q0.type != OpType::kAllreduce && q0.type != OpType::kBarrier) {
     std::ostringstream os;
     for (int r = 0, n = 0; r < size_; ++r)
@@ -314,7 +253,80 @@ Response ReadinessTable::build(const std::string& name, const Pending& p) const 
                         "); only allreduce and barrier are";
     return err;
   }
+  return agreed(name, p, q0);
+}
 
+bool ReadinessTable::mismatched(const std::string& name, const Pending& p, const Request& q0,
+                                std::string* message) const {
+  auto mismatch = [&](const char* what, const std::function<std::string(const Request&)>& show,
+                      const std::function<bool(const Request&)>& differs) -> bool {
+    for (int r = 0; r < size_; ++r) {
+      if (p.has[r] && differs(p.by_rank[r])) {
+        *message = std::string("Mismatched ") + what + " for tensor '" + name + "' (" + op_type_name(q0.type) + ")" +
+                   where_ + ": " + per_rank(p.by_rank, p.has, global_, show);
+        return true;
+      }
+    }
+    return false;
+  };
+
+  if (mismatch(
+          "operations", [](const Request& q) { return std::string(op_type_name(q.type)); },
+          [&](const Request& q) { return q.type != q0.type; }))
+    return true;
+  if (mismatch(
+          "data types", [](const Request& q) { return std::string(dtype_name(q.dtype)); },
+          [&](const Request& q) { return q.dtype != q0.dtype; }))
+    return true;
+  if (mismatch(
+          "devices (mixed CPU/GPU placement)", [](const Request& q) { return device_string(q.device); },
+          // Each rank may use its own GPU (cuda:0 here, cuda:1 there); what must agree is
+          // whether the tensor is in host or device memory.
+          [&](const Request& q) { return (q.device < 0) != (q0.device < 0); }))
+    return true;
+
+  const bool dim0_free = q0.type == OpType::kAllgather || q0.type == OpType::kAlltoall;
+  if (dim0_free) {
+    if (mismatch(
+            "shapes (all dimensions but the first must match)", [](const Request& q) { return shape_string(q.shape); },
+            [&](const Request& q) {
+              return q.shape.size() != q0.shape.size() || trailing_dims(q.shape) != trailing_dims(q0.shape);
+            }))
+      return true;
+  } else if (q0.type != OpType::kBarrier) {
+    if (mismatch(
+            "shapes", [](const Request& q) { return shape_string(q.shape); },
+            [&](const Request& q) { return q.shape != q0.shape; }))
+      return true;
+  }
+  if (q0.type == OpType::kBroadcast && mismatch(
+                                           "root ranks", [](const Request& q) { return std::to_string(q.root); },
+                                           [&](const Request& q) { return q.root != q0.root; }))
+    return true;
+  if (q0.type == OpType::kAllreduce || q0.type == OpType::kReducescatter) {
+    if (mismatch(
+            "reduce ops", [](const Request& q) { return std::string(reduce_op_name(q.reduce_op)); },
+            [&](const Request& q) { return q.reduce_op != q0.reduce_op; }))
+      return true;
+    if (mismatch(
+            "prescale factors", [](const Request& q) { return fmt_double(q.prescale); },
+            [&](const Request& q) { return q.prescale != q0.prescale; }))
+      return true;
+    if (mismatch(
+            "compression",
+            [](const Request& q) { return std::string(q.compression == Compression::kFp16 ? "fp16" : "none"); },
+            [&](const Request& q) { return q.compression != q0.compression; }))
+      return true;
+    if (mismatch(
+            "postscale factors", [](const Request& q) { return fmt_double(q.postscale); },
+            [&](const Request& q) { return q.postscale != q0.postscale; }))
+      return true;
+  }
+  return false;
+}
+
+// The response every rank runs: the op as the ranks agreed on it.
+Response ReadinessTable::agreed(const std::string& name, const Pending& p, const Request& q0) const {
   Response s;
   s.type = q0.type;
   s.names = {name};

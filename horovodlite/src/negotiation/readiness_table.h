@@ -55,6 +55,11 @@ class ReadinessTable {
   };
   bool ready(const Pending& p) const;
   Response build(const std::string& name, const Pending& p) const;
+  // Whether the ranks that sent the name disagree on the op or the tensor
+  // (q0: the first rank's request); *message then says on what.
+  bool mismatched(const std::string& name, const Pending& p, const Request& q0, std::string* message) const;
+  // The response of a name every rank agrees on (q0: the first rank's request).
+  Response agreed(const std::string& name, const Pending& p, const Request& q0) const;
   // The group every rank that sent the name agrees on (0: none), or an error
   // response when ranks disagree.
   bool agreed_group(const std::string& name, const Pending& p, uint64_t* group, Response* err) const;

@@ -5,6 +5,7 @@
 
 #include "enforce.h"
 #include "host_memory.h"
+#include "kernels/convert.h"
 #include "kernels/reduce.h"
 #include "op_util.h"
 #include "ops/fusion.h"
@@ -13,39 +14,6 @@
 namespace horovodlite {
 
 namespace {
-
-// src (float32 or float64) * factor -> fp16. Scaling happens before the
-// conversion, so that a predivide factor can keep large values within fp16 range.
-void to_half(uint16_t* dst, const void* src, int64_t n, DataType dtype, double factor) {
-  if (factor == 1.0) {
-    if (dtype == DataType::kFloat32)
-      kernels::float_to_half_n(dst, static_cast<const float*>(src), n);
-    else
-      kernels::double_to_half_n(dst, static_cast<const double*>(src), n);
-    return;
-  }
-  constexpr int64_t kChunk = 2048;
-  double scratch[kChunk];
-  const size_t elem = dtype_size(dtype);
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    kernels::scale_copy(scratch, static_cast<const char*>(src) + i * elem, m, dtype, factor);
-    if (dtype == DataType::kFloat32)
-      kernels::float_to_half_n(dst + i, reinterpret_cast<const float*>(scratch), m);
-    else
-      kernels::double_to_half_n(dst + i, scratch, m);
-  }
-}
-
-// fp16 -> dst (float32 or float64), then * factor rounded to fp16 (Horovod
-// scales the fp16 buffer: the result is an fp16 value).
-void from_half(void* dst, const uint16_t* src, int64_t n, DataType dtype, double factor) {
-  if (dtype == DataType::kFloat32)
-    kernels::half_to_float_n(static_cast<float*>(dst), src, n);
-  else
-    kernels::half_to_double_n(static_cast<double*>(dst), src, n);
-  kernels::scale_as_half(dst, n, dtype, factor);
-}
 
 void zero_fill(const std::vector<std::pair<void*, int64_t>>& zeros) {
   for (const auto& z : zeros) std::memset(z.first, 0, static_cast<size_t>(z.second));
@@ -148,7 +116,7 @@ Status HostAllreduce::allreduce_fp16(const OpArgs& args) {
     ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");  // with the conversion to fp16
     std::vector<std::pair<void*, int64_t>> zeros;
     for (const CopyTask& t : layout.pack(args.entries, wire, 2, &zeros))
-      to_half(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, r.prescale);
+      kernels::to_half_scaled_n(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, r.prescale);
     zero_fill(zeros);
   }
   {
@@ -158,7 +126,7 @@ Status HostAllreduce::allreduce_fp16(const OpArgs& args) {
   const double post = effective_postscale(r, world_.size());
   ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
   for (const CopyTask& t : layout.unpack(args.entries, wire, 2))
-    from_half(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
+    kernels::from_half_scaled_n(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
   return Status::OK();
 }
 

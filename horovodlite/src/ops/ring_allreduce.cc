@@ -312,118 +312,127 @@ Status RingAllreduce::run_with(const void* in, void* out, int64_t count, const W
 // so no rank sits on a receive while a send its neighbour needs is held back;
 // receives are posted ahead as their slots free up in processing order, hence
 // no cycle of waits.
-Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, const Wire& wire) {
-  const bool staged = wire.staged;
-  const int64_t depth = options_.pipeline_depth;
-  const int64_t nrecv = static_cast<int64_t>(recv_segments_.size());
-  const int64_t nsend = static_cast<int64_t>(send_segments_.size());
-  const int64_t n0 = send_step_start_[1];
-  const int64_t last_scatter_begin = recv_step_start_[size_ - 2];
-  const int64_t gather_begin = recv_step_start_[size_ - 1];
-  const int64_t gather_sends_begin = send_step_start_[size_ - 1];
-  const int right = mod(rank_ + 1, size_);
-  const int left = mod(rank_ - 1, size_);
-  uint8_t* const slots = reinterpret_cast<uint8_t*>(scratch_.data());
-  auto recv_slot = [&](int64_t k) { return slots + (k % depth) * scratch_slot_bytes_; };
-  auto send_slot = [&](int64_t i) { return slots + (depth + i % depth) * scratch_slot_bytes_; };
+// One execution of the schedule: the indices it walks, the slots, and the
+// posting of receives and sends. Its methods are execute()'s steps.
+struct RingAllreduce::Schedule {
+  Schedule(RingAllreduce* ring, const uint8_t* in, uint8_t* out, const Wire& wire)
+      : ring(*ring),
+        in(in),
+        out(out),
+        wire(wire),
+        staged(wire.staged),
+        depth(ring->options_.pipeline_depth),
+        nrecv(static_cast<int64_t>(ring->recv_segments_.size())),
+        nsend(static_cast<int64_t>(ring->send_segments_.size())),
+        n0(ring->send_step_start_[1]),
+        last_scatter_begin(ring->recv_step_start_[ring->size_ - 2]),
+        gather_begin(ring->recv_step_start_[ring->size_ - 1]),
+        gather_sends_begin(ring->send_step_start_[ring->size_ - 1]),
+        right(mod(ring->rank_ + 1, ring->size_)),
+        left(mod(ring->rank_ - 1, ring->size_)),
+        slots(reinterpret_cast<uint8_t*>(ring->scratch_.data())) {}
+
+  uint8_t* recv_slot(int64_t k) const { return slots + (k % depth) * ring.scratch_slot_bytes_; }
+  uint8_t* send_slot(int64_t i) const { return slots + (depth + i % depth) * ring.scratch_slot_bytes_; }
   // Where receive k lands, and where send i leaves from.
-  auto recv_dst = [&](int64_t k) {
-    return staged || k < gather_begin ? recv_slot(k) : wire.values(out, recv_segments_[k]);
-  };
-  auto send_src = [&](int64_t i) -> const uint8_t* {
-    return staged ? send_slot(i) : wire.values(i < n0 ? in : out, send_segments_[i]);
-  };
-  auto slot_free = [&](int64_t i, bool* free) -> Status {
+  uint8_t* recv_dst(int64_t k) const {
+    return staged || k < gather_begin ? recv_slot(k) : wire.values(out, ring.recv_segments_[k]);
+  }
+  const uint8_t* send_src(int64_t i) const {
+    return staged ? send_slot(i) : wire.values(i < n0 ? in : out, ring.send_segments_[i]);
+  }
+  Status slot_free(int64_t i, bool* free) const {
     bool done = true;
-    if (staged && i >= depth) HVL_RETURN_IF_ERROR(send_requests_[i - depth]->test(&done));
+    if (staged && i >= depth) HVL_RETURN_IF_ERROR(ring.send_requests_[i - depth]->test(&done));
     *free = done;
     return Status::OK();
-  };
-  auto post_recv = [&](int64_t k) -> Status {
-    return context_->irecv(recv_dst(k), static_cast<size_t>(recv_segments_[k].bytes), left, tag_of(k),
-                           &recv_requests_[k]);
-  };
+  }
+  Status post_recv(int64_t k) {
+    return ring.context_->irecv(recv_dst(k), static_cast<size_t>(ring.recv_segments_[k].bytes), left, ring.tag_of(k),
+                                &ring.recv_requests_[k]);
+  }
   // Posts send i, whose wire bytes are ready; a staged allgather send's values
   // are scaled now that their half has been made.
-  auto post_send = [&](int64_t i) -> Status {
-    const Segment& s = send_segments_[i];
-    HVL_RETURN_IF_ERROR(context_->isend_in_op(send_src(i), static_cast<size_t>(s.bytes), right, tag_of(i), op_bytes_,
-                                              &send_requests_[i]));
-    sends_posted_ = i + 1;
+  Status post_send(int64_t i) {
+    const Segment& s = ring.send_segments_[i];
+    HVL_RETURN_IF_ERROR(ring.context_->isend_in_op(send_src(i), static_cast<size_t>(s.bytes), right, ring.tag_of(i),
+                                                   ring.op_bytes_, &ring.send_requests_[i]));
+    ring.sends_posted_ = i + 1;
     if (staged && i >= gather_sends_begin) wire.scale_sent(wire.values(out, s), wire.elements(s));
     return Status::OK();
-  };
+  }
   // Posts, in order, the sends that are ready once `processed` receives have
   // been processed, packing staged ones from the buffer, while slots are free.
-  auto pump_sends = [&](int64_t processed) -> Status {
+  Status pump_sends(int64_t processed) {
     const int64_t ready = std::min(nsend, n0 + processed);
-    while (sends_posted_ < ready) {
-      const int64_t i = sends_posted_;
+    while (ring.sends_posted_ < ready) {
+      const int64_t i = ring.sends_posted_;
       bool free = false;
       HVL_RETURN_IF_ERROR(slot_free(i, &free));
       if (!free) break;
-      const Segment& s = send_segments_[i];
+      const Segment& s = ring.send_segments_[i];
       if (staged) wire.pack(send_slot(i), wire.values(i < n0 ? in : out, s), wire.elements(s));
       HVL_RETURN_IF_ERROR(post_send(i));
     }
     return Status::OK();
-  };
-  int64_t next_recv = 0;
+  }
   // Posts receives in order, up to `limit`, while their destination is free
   // (a native allgather receive: once its guard send has completed).
-  auto top_up = [&](int64_t limit) -> Status {
+  Status top_up(int64_t limit) {
     for (; next_recv < std::min(limit, nrecv); ++next_recv) {
-      const int64_t guard = staged ? -1 : recv_segments_[next_recv].guard;
-      if (guard >= sends_posted_) break;
+      const int64_t guard = staged ? -1 : ring.recv_segments_[next_recv].guard;
+      if (guard >= ring.sends_posted_) break;
       if (guard >= 0) {
         bool done = false;
-        HVL_RETURN_IF_ERROR(send_requests_[guard]->test(&done));
+        HVL_RETURN_IF_ERROR(ring.send_requests_[guard]->test(&done));
         if (!done) break;
       }
       HVL_RETURN_IF_ERROR(post_recv(next_recv));
     }
     return Status::OK();
-  };
+  }
 
-  sends_posted_ = 0;
-  HVL_RETURN_IF_ERROR(top_up(depth));
-  HVL_RETURN_IF_ERROR(pump_sends(0));
-  for (int64_t k = 0; k < nrecv; ++k) {
+  // Waits for receive k: posted first if its guard held it back, and, staged,
+  // pumping the sends whose slots free up meanwhile.
+  Status receive(int64_t k) {
     if (k == next_recv) {
       // Native only: not posted yet, its guard send was posted while processing
       // an earlier segment (or at the start) and is waited for here. That send
       // matches a receive the neighbour posts before it gets to segment k, so
       // this wait cannot close a cycle.
-      const int64_t guard = recv_segments_[k].guard;
-      if (guard >= sends_posted_) return Status::Internal("RingAllreduce: schedule error, guard send not posted");
+      const int64_t guard = ring.recv_segments_[k].guard;
+      if (guard >= ring.sends_posted_) return Status::Internal("RingAllreduce: schedule error, guard send not posted");
       if (guard >= 0) {
-        WaitingFor waiting(right_world_);
-        HVL_RETURN_IF_ERROR(send_requests_[guard]->wait());
+        WaitingFor waiting(ring.right_world_);
+        HVL_RETURN_IF_ERROR(ring.send_requests_[guard]->wait());
       }
       HVL_RETURN_IF_ERROR(post_recv(k));
       ++next_recv;
     }
     // Staged: wait for receive k, or for the send whose slot the next ready send needs.
-    while (sends_posted_ < std::min(nsend, n0 + k)) {
-      transport::Request* both[2] = {recv_requests_[k].get(), send_requests_[sends_posted_ - depth].get()};
+    while (ring.sends_posted_ < std::min(nsend, n0 + k)) {
+      transport::Request* both[2] = {ring.recv_requests_[k].get(),
+                                     ring.send_requests_[ring.sends_posted_ - depth].get()};
       int which = -1;
       {
-        WaitingFor waiting(left_world_);
+        WaitingFor waiting(ring.left_world_);
         HVL_RETURN_IF_ERROR(transport::wait_any(both, 2, &which));
       }
       if (which == 0) break;
       HVL_RETURN_IF_ERROR(pump_sends(k));
     }
-    {
-      WaitingFor waiting(left_world_);
-      HVL_RETURN_IF_ERROR(recv_requests_[k]->wait());  // returns at once if done above
-    }
+    WaitingFor waiting(ring.left_world_);
+    return ring.recv_requests_[k]->wait();  // returns at once if done above
+  }
 
-    const Segment& r = recv_segments_[k];
+  // Reduces (reduce-scatter) or unpacks (staged allgather) receive k, and
+  // posts the send that passes it on where its slot is free already.
+  Status process(int64_t k) {
+    const Segment& r = ring.recv_segments_[k];
     const int64_t n = wire.elements(r);
     const uint8_t* received = recv_slot(k);
     uint8_t* forward = nullptr;  // staged: the free slot of the send that passes this segment on
-    if (staged && r.forward >= 0 && r.forward == sends_posted_) {
+    if (staged && r.forward >= 0 && r.forward == ring.sends_posted_) {
       bool free = false;
       HVL_RETURN_IF_ERROR(slot_free(r.forward, &free));
       if (free) forward = send_slot(r.forward);
@@ -435,21 +444,54 @@ Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, const Wire& wire)
       if (forward) std::memcpy(forward, received, static_cast<size_t>(r.bytes));
     }
     if (forward) HVL_RETURN_IF_ERROR(post_send(r.forward));
-    HVL_RETURN_IF_ERROR(pump_sends(k + 1));
-    HVL_RETURN_IF_ERROR(top_up(k + 1 + depth));  // receive k's slot is free now
+    return Status::OK();
   }
-  while (sends_posted_ < nsend) {  // staged sends still waiting for a slot
-    HVL_RETURN_IF_ERROR(pump_sends(nrecv));
-    if (sends_posted_ < nsend) {
-      WaitingFor waiting(right_world_);
-      HVL_RETURN_IF_ERROR(send_requests_[sends_posted_ - depth]->wait());
+
+  // Posts the staged sends still waiting for a slot, then waits for every send.
+  Status finish() {
+    while (ring.sends_posted_ < nsend) {
+      HVL_RETURN_IF_ERROR(pump_sends(nrecv));
+      if (ring.sends_posted_ < nsend) {
+        WaitingFor waiting(ring.right_world_);
+        HVL_RETURN_IF_ERROR(ring.send_requests_[ring.sends_posted_ - depth]->wait());
+      }
     }
+    WaitingFor waiting(ring.right_world_);
+    return transport::wait_all(&ring.send_requests_);
   }
-  {
-    WaitingFor waiting(right_world_);
-    HVL_RETURN_IF_ERROR(transport::wait_all(&send_requests_));
+
+  RingAllreduce& ring;
+  const uint8_t* const in;
+  uint8_t* const out;
+  const Wire& wire;
+  const bool staged;
+  const int64_t depth;
+  const int64_t nrecv;
+  const int64_t nsend;
+  const int64_t n0;  // the step-0 sends
+  const int64_t last_scatter_begin;
+  const int64_t gather_begin;
+  const int64_t gather_sends_begin;
+  const int right;
+  const int left;
+  uint8_t* const slots;   // the receive slots, then (staged) the send slots
+  int64_t next_recv = 0;  // receives are posted in order
+};
+
+Status RingAllreduce::execute(const uint8_t* in, uint8_t* out, const Wire& wire) {
+  Schedule s(this, in, out, wire);
+  sends_posted_ = 0;
+  // The first window of receives, and the step-0 sends.
+  HVL_RETURN_IF_ERROR(s.top_up(s.depth));
+  HVL_RETURN_IF_ERROR(s.pump_sends(0));
+  for (int64_t k = 0; k < s.nrecv; ++k) {
+    HVL_RETURN_IF_ERROR(s.receive(k));
+    HVL_RETURN_IF_ERROR(s.process(k));
+    // What receive k made ready goes out, and its slot takes the next receive.
+    HVL_RETURN_IF_ERROR(s.pump_sends(k + 1));
+    HVL_RETURN_IF_ERROR(s.top_up(k + 1 + s.depth));  // receive k's slot is free now
   }
-  return Status::OK();
+  return s.finish();
 }
 
 }  // namespace horovodlite

@@ -114,6 +114,8 @@ class RingAllreduce {
   Status run_with(const void* in, void* out, int64_t count, const Wire& wire);
   // The schedule, for both wire formats.
   Status execute(const uint8_t* in, uint8_t* out, const Wire& wire);
+  // One execute()'s indices and posting state; its methods are the schedule's steps.
+  struct Schedule;
   int tag_of(int64_t index) const {
     return options_.tag_base + static_cast<int>(index % RingAllreduceOptions::kTagSpan);
   }

@@ -17,6 +17,8 @@
 namespace horovodlite {
 namespace transport {
 
+template class ChannelHub<ShmOp, ShmChannel>;
+
 namespace {
 
 std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
@@ -76,7 +78,7 @@ class ShmRequest : public Request {
 
 ShmHub::ShmHub(int world_rank, bool single_copy, std::function<bool(int)> peer_gone,
                std::chrono::milliseconds abandon_after)
-    : world_rank_(world_rank),
+    : ChannelHub(world_rank, "gloo, shared memory"),
       single_copy_(single_copy),
       peer_gone_(std::move(peer_gone)),
       abandon_after_(abandon_after) {}
@@ -163,19 +165,9 @@ void ShmHub::probe_single_copy(int world_peer) {
 
 void ShmHub::unlink_name(const std::string& name) { shm_unlink(name.c_str()); }
 
-void ShmHub::drop_channel(int world_peer) {
-  std::lock_guard<std::mutex> lock(mu_);
-  channels_.erase(world_peer);
-}
-
 bool ShmHub::has(int world_peer) const {
   std::lock_guard<std::mutex> lock(mu_);
   return channels_.count(world_peer) != 0;
-}
-
-ShmChannel* ShmHub::channel(int world_peer) const {
-  auto it = channels_.find(world_peer);
-  return it == channels_.end() ? nullptr : it->second.get();
 }
 
 Status ShmHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer, uint64_t slot, int tag,
@@ -213,78 +205,54 @@ Status ShmHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
   return Status::OK();
 }
 
-Status ShmHub::test(ShmOp* op, bool* done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!op->complete) progress_locked();
-  *done = op->complete;
-  return op->complete ? op->error : Status::OK();
-}
-
-void ShmHub::abandon(const std::shared_ptr<ShmOp>& op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (op->complete) return;
-  ShmChannel* c = channel(op->peer);
-  if (c == nullptr) return;
-  if (op->send) {
-    if (op->remote && op->header_out) {
-      // The peer has its address: revoke it, unless the peer is reading it
-      // now (then wait for the read: it is short) or has read it.
-      std::atomic<uint64_t>& m = c->my_taken[op->id % kTakenSlots];
-      const auto deadline = std::chrono::steady_clock::now() + kDefaultTimeout;
-      uint64_t cur = m.load(std::memory_order_acquire);
-      while (cur == mark(op->id, kReading) && !peer_gone_(op->peer) && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::yield();
-        cur = m.load(std::memory_order_acquire);
+void ShmHub::abandon_send(ShmChannel* c, const std::shared_ptr<ShmOp>& op) {
+  if (op->remote && op->header_out) {
+    // The peer has its address: revoke it, unless the peer is reading it
+    // now (then wait for the read: it is short) or has read it.
+    std::atomic<uint64_t>& m = c->my_taken[op->id % kTakenSlots];
+    const auto deadline = std::chrono::steady_clock::now() + kDefaultTimeout;
+    uint64_t cur = m.load(std::memory_order_acquire);
+    while (cur == mark(op->id, kReading) && !peer_gone_(op->peer) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+      cur = m.load(std::memory_order_acquire);
+    }
+    if (cur >> 8 == op->id + 1 || !m.compare_exchange_strong(cur, mark(op->id, kRevoked), std::memory_order_acq_rel)) {
+      c->check_taken();  // read (or being read by a peer that is gone or stuck): done with the buffer
+      if (!op->complete) {
+        c->remote_sends.erase(op->id);
+        op->complete = true;
+        op->error = Status::Aborted("transport (gloo, shared memory): " + op->describe() + " was abandoned");
       }
-      if (cur >> 8 == op->id + 1 ||
-          !m.compare_exchange_strong(cur, mark(op->id, kRevoked), std::memory_order_acq_rel)) {
-        c->check_taken();  // read (or being read by a peer that is gone or stuck): done with the buffer
-        if (!op->complete) {
-          c->remote_sends.erase(op->id);
-          op->complete = true;
-          op->error = Status::Aborted("transport (gloo, shared memory): " + op->describe() + " was abandoned");
-        }
-        return;
-      }
-      // Revoked: the peer reads a copy, whose address follows.
-      op->owned.assign(op->buf, op->buf + op->bytes);
-      op->buf = op->owned.data();
-      c->moved.push_back(MsgHeader{op->slot, op->bytes, kMoved, op->id, reinterpret_cast<uint64_t>(op->buf)});
-      progress_channel(c);
       return;
     }
-    auto it = std::find(c->sends.begin(), c->sends.end(), op);
-    if (it == c->sends.end()) return;
-    if (!op->header_out) {
-      c->sends.erase(it);
-    } else {  // part of it is in the ring: the rest must follow, from a copy
-      op->owned.assign(op->buf, op->buf + op->bytes);
-      op->buf = op->owned.data();
-    }
+    // Revoked: the peer reads a copy, whose address follows.
+    op->owned.assign(op->buf, op->buf + op->bytes);
+    op->buf = op->owned.data();
+    c->moved.push_back(MsgHeader{op->slot, op->bytes, kMoved, op->id, reinterpret_cast<uint64_t>(op->buf)});
+    progress_channel(c);
     return;
   }
-  // (No empty queue left behind: progress_channel reads "no receive posted"
-  // as recvs.empty() and then leaves arriving messages in the ring.)
-  remove_queued(&c->recvs, op->slot, op);
+  auto it = std::find(c->sends.begin(), c->sends.end(), op);
+  if (it == c->sends.end()) return;
+  if (!op->header_out) {
+    c->sends.erase(it);
+  } else {  // part of it is in the ring: the rest must follow, from a copy
+    op->owned.assign(op->buf, op->buf + op->bytes);
+    op->buf = op->owned.data();
+  }
+}
+
+// A receive waiting for a revoked descriptor's new address waits no more;
+// the rest is the hub's (progress_channel reads "no receive posted" as
+// recvs.empty() and then leaves arriving messages in the ring).
+void ShmHub::abandon_receive(ShmChannel* c, const std::shared_ptr<ShmOp>& op) {
   for (auto it = c->revoked.begin(); it != c->revoked.end(); ++it) {
     if (it->second == op) {
       c->revoked.erase(it);
       break;
     }
   }
-  if (c->in_op == op) c->in_op.reset();  // the rest of its message is dropped
-  if (c->in_early && c->in_early->claimed == op) c->in_early->claimed.reset();
-  op->complete = true;
-  op->error = Status::Aborted("transport (gloo, shared memory): " + op->describe() + " was abandoned");
-}
-
-size_t ShmHub::early_copies() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return early_copies_;
-}
-
-void ShmHub::progress_locked() {
-  for (auto& kv : channels_) progress_channel(kv.second.get());
+  ChannelHub::abandon_receive(c, op);
 }
 
 void ShmHub::progress_channel(ShmChannel* c) {

@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/channel_hub.h"
 #include "transport/transport.h"
 
 namespace horovodlite {
@@ -58,7 +59,10 @@ struct ShmOp;
 struct ShmEarly;
 struct ShmChannel;
 
-class ShmHub : public std::enable_shared_from_this<ShmHub> {
+// Instantiated in gloo_shm.cc, where ShmOp and ShmChannel are complete.
+extern template class ChannelHub<ShmOp, ShmChannel>;
+
+class ShmHub : public ChannelHub<ShmOp, ShmChannel>, public std::enable_shared_from_this<ShmHub> {
  public:
   // `peer_gone(world_peer)`: whether the peer's process is known to be gone.
   // `single_copy`: large messages may go by descriptor (above). A request
@@ -76,7 +80,6 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
   Status create_channel(int world_peer, std::string* name);
   Status open_channel(int world_peer, const std::string& name);
   void unlink_name(const std::string& name);
-  void drop_channel(int world_peer);
 
   // Whether this process can read the peer's memory (once both sides are in
   // the file): the peer sends its large messages by descriptor once it sees yes.
@@ -89,30 +92,23 @@ class ShmHub : public std::enable_shared_from_this<ShmHub> {
   Status post(bool send, void* buf, size_t bytes, int peer, int world_peer, uint64_t slot, int tag, RequestPtr* request,
               bool eager = false);
 
-  // Moves what can move, then says whether `op` has completed (or failed).
-  Status test(ShmOp* op, bool* done);
-  // A request destroyed before it completed: it no longer owns its buffer.
-  void abandon(const std::shared_ptr<ShmOp>& op);
+  // test(), poll(), abandon(), drop() and early_copies() are the hub's
+  // (channel_hub.h); early copies are the messages read out of a ring because
+  // their receive was not yet posted (the rest waited in the ring for it, or
+  // had it posted).
   bool peer_gone(int world_peer) const { return peer_gone_(world_peer); }
   std::chrono::milliseconds abandon_after() const { return abandon_after_; }
-  // Messages read out of a ring into a copy because their receive was not yet
-  // posted (the rest waited in the ring for it, or had it posted).
-  size_t early_copies() const;
 
  private:
   // Takes the mapped file of the pair (this rank, world_peer) as its channel.
   void add_channel(int world_peer, void* mapped);
-  void progress_locked();
-  void progress_channel(ShmChannel* c);
-  ShmChannel* channel(int world_peer) const;
+  void progress_channel(ShmChannel* c) override;
+  void abandon_send(ShmChannel* c, const std::shared_ptr<ShmOp>& op) override;
+  void abandon_receive(ShmChannel* c, const std::shared_ptr<ShmOp>& op) override;
 
-  int world_rank_;
   bool single_copy_;
   std::function<bool(int)> peer_gone_;
   std::chrono::milliseconds abandon_after_;
-  mutable std::mutex mu_;
-  std::map<int, std::unique_ptr<ShmChannel>> channels_;
-  size_t early_copies_ = 0;
 };
 
 }  // namespace transport

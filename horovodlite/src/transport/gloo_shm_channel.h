@@ -85,12 +85,6 @@ struct MsgHeader {
 // Reads n bytes at `addr` in process `pid` into `dst`; 0 or an errno.
 int read_remote(pid_t pid, uint64_t addr, void* dst, size_t n);
 
-// "send to rank 3 (tag 7)": how errors name a posted operation.
-inline std::string describe_op(bool send, int peer, int tag) {
-  return std::string(send ? "send to" : "receive from") + " rank " + std::to_string(peer) + " (tag " +
-         std::to_string(tag) + ")";
-}
-
 // One posted send or receive (fields guarded by the hub's mutex).
 struct ShmOp {
   bool send = false;
@@ -118,80 +112,6 @@ struct ShmEarly {
   bool remote = false;             // a descriptor: the bytes are in the sender
   MsgHeader desc{0, 0};
 };
-
-// The first of a slot's queued entries, taken off its queue (null: none). A
-// slot's queue leaves the map when it empties.
-template <typename T>
-std::shared_ptr<T> pop_first(std::map<uint64_t, std::deque<std::shared_ptr<T>>>* queues, uint64_t slot) {
-  auto it = queues->find(slot);
-  if (it == queues->end() || it->second.empty()) return nullptr;
-  std::shared_ptr<T> first = std::move(it->second.front());
-  it->second.pop_front();
-  if (it->second.empty()) queues->erase(it);
-  return first;
-}
-
-// Takes `entry` off its slot's queue, wherever it stands in it (a request
-// abandoned before its turn). As pop_first, a queue that empties leaves the map:
-// an empty map means nothing is posted.
-template <typename T>
-void remove_queued(std::map<uint64_t, std::deque<std::shared_ptr<T>>>* queues, uint64_t slot,
-                   const std::shared_ptr<T>& entry) {
-  auto it = queues->find(slot);
-  if (it == queues->end()) return;
-  auto at = std::find(it->second.begin(), it->second.end(), entry);
-  if (at != it->second.end()) it->second.erase(at);
-  if (it->second.empty()) queues->erase(it);
-}
-
-// An arriving message (slot, bytes) meets the first receive posted for its
-// slot: true when there was one. *op is that receive, or null when its length
-// differs (it fails naming both lengths, and the message is dropped).
-template <typename Op>
-bool meet_receive(std::map<uint64_t, std::deque<std::shared_ptr<Op>>>* recvs, uint64_t slot, uint64_t bytes,
-                  std::shared_ptr<Op>* op) {
-  *op = pop_first(recvs, slot);
-  if (!*op) return false;
-  if ((*op)->bytes != bytes) {
-    (*op)->error = size_mismatch(bytes, (*op)->bytes);
-    (*op)->complete = true;
-    op->reset();
-  }
-  return true;
-}
-
-// A receive meets a message that arrived before it (Early: data, complete,
-// claimed): a length mismatch fails it, a whole message is copied, one still
-// arriving is claimed (finish_message completes it).
-template <typename Op, typename Early>
-void receive_early(const std::shared_ptr<Op>& op, Early* early) {
-  if (early->data.size() != op->bytes) {
-    op->error = size_mismatch(early->data.size(), op->bytes);
-    op->complete = true;
-  } else if (early->complete) {
-    if (op->bytes > 0) std::memcpy(op->buf, early->data.data(), op->bytes);
-    op->complete = true;
-  } else {
-    early->claimed = op;
-  }
-}
-
-// The message being received has all its bytes: its receive completes, or,
-// kept early, it is complete and goes to the receive that claimed it.
-template <typename Op, typename Early>
-void finish_message(std::shared_ptr<Op>* in_op, std::shared_ptr<Early>* in_early) {
-  if (*in_op) (*in_op)->complete = true;
-  if (*in_early) {
-    (*in_early)->complete = true;
-    if (std::shared_ptr<Op> op = (*in_early)->claimed) {
-      if (op->bytes > 0) std::memcpy(op->buf, (*in_early)->data.data(), op->bytes);
-      op->complete = true;
-      (*in_early)->claimed.reset();
-    }
-  }
-  in_op->reset();
-  in_early->reset();
-}
 
 struct ShmChannel {
   int peer = -1;

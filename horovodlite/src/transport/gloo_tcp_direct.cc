@@ -19,7 +19,6 @@
 
 #include "logging.h"
 #include "transport/auth.h"
-#include "transport/gloo_shm_channel.h"  // pop_first
 
 namespace horovodlite {
 namespace transport {
@@ -127,6 +126,8 @@ struct TcpChannel {
   }
 };
 
+template class ChannelHub<TcpOp, TcpChannel>;
+
 namespace {
 
 // Whether fewer than `limit` bytes wait unread in the socket.
@@ -221,8 +222,10 @@ void hello_proof(const std::string& secret, const uint8_t* nonce, int to, int fr
 }  // namespace
 
 TcpHub::TcpHub(int world_rank, std::string secret, std::chrono::microseconds park_limit)
-    : world_rank_(world_rank), secret_(std::move(secret)), park_limit_(park_limit) {}
-TcpHub::~TcpHub() = default;
+    : ChannelHub(world_rank, "gloo, direct tcp"), secret_(std::move(secret)), park_limit_(park_limit) {}
+// The channels go before spare_ (a member of this class, destroyed before the
+// hub's channels_): their early messages give their buffers back to it.
+TcpHub::~TcpHub() { channels_.clear(); }
 
 size_t TcpHub::refused_connections() const { return refused_.load(); }
 
@@ -252,8 +255,7 @@ Status TcpHub::accept(int world_peer, std::chrono::milliseconds timeout) {
   TcpChannel* c = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = channels_.find(world_peer);
-    if (it != channels_.end()) c = it->second.get();
+    c = channel(world_peer);
   }
   if (c == nullptr || c->listen_fd < 0) return Status::Internal("transport (gloo, direct tcp): nothing listens");
   const auto timed_out = [&] {
@@ -333,15 +335,10 @@ Status TcpHub::connect(int world_peer, const Endpoint& endpoint, std::chrono::mi
   return Status::OK();
 }
 
-void TcpHub::drop(int world_peer) {
-  std::lock_guard<std::mutex> lock(mu_);
-  channels_.erase(world_peer);
-}
-
 bool TcpHub::has(int world_peer) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = channels_.find(world_peer);
-  return it != channels_.end() && it->second->fd >= 0;
+  const TcpChannel* c = channel(world_peer);
+  return c != nullptr && c->fd >= 0;
 }
 
 Status TcpHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer, uint64_t slot, int tag,
@@ -355,11 +352,10 @@ Status TcpHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
   op->bytes = bytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = channels_.find(world_peer);
-    if (it == channels_.end() || it->second->fd < 0) {
+    TcpChannel* c = channel(world_peer);
+    if (c == nullptr || c->fd < 0) {
       return Status::Internal("transport (gloo, direct tcp): no connection to rank " + std::to_string(world_peer));
     }
-    TcpChannel* c = it->second.get();
     if (!c->failed.empty()) {
       op->error = Status::Aborted("transport (gloo, direct tcp): " + op->describe() + " failed: " + c->failed);
       op->complete = true;
@@ -376,45 +372,10 @@ Status TcpHub::post(bool send, void* buf, size_t bytes, int peer, int world_peer
   return Status::OK();
 }
 
-void TcpHub::poll() {
-  std::lock_guard<std::mutex> lock(mu_);
-  progress_locked();
-}
-
-size_t TcpHub::early_copies() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return early_copies_;
-}
-
-Status TcpHub::test(TcpOp* op, bool* done) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!op->complete) progress_locked();
-  *done = op->complete;
-  return op->complete ? op->error : Status::OK();
-}
-
-void TcpHub::abandon(const std::shared_ptr<TcpOp>& op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (op->complete) return;
-  auto it = channels_.find(op->peer);
-  if (it == channels_.end()) return;
-  TcpChannel* c = it->second.get();
-  if (op->send) {  // still queued: it leaves from a copy
-    op->owned.assign(op->buf, op->buf + op->bytes);
-    op->buf = op->owned.data();
-    return;
-  }
-  if (c->in_op == op) c->in_op.reset();  // the rest of its message is dropped
-  remove_queued(&c->recvs, op->slot, op);
-  if (c->in_early && c->in_early->claimed == op) c->in_early->claimed.reset();
-  op->complete = true;
-  op->error = Status::Aborted("transport (gloo, direct tcp): " + op->describe() + " was abandoned");
-}
-
-void TcpHub::progress_locked() {
-  for (auto& kv : channels_) {
-    if (kv.second->fd >= 0 && kv.second->failed.empty()) progress_channel(kv.second.get());
-  }
+// Still queued: it leaves from a copy.
+void TcpHub::abandon_send(TcpChannel*, const std::shared_ptr<TcpOp>& op) {
+  op->owned.assign(op->buf, op->buf + op->bytes);
+  op->buf = op->owned.data();
 }
 
 void TcpHub::fail_channel(TcpChannel* c, const std::string& why) {
@@ -465,6 +426,7 @@ bool TcpHub::place_arriving(TcpChannel* c) {
 }
 
 void TcpHub::progress_channel(TcpChannel* c) {
+  if (c->fd < 0 || !c->failed.empty()) return;
   const auto broken = [&](const char* what) {
     fail_channel(c, std::string(what) + " rank " + std::to_string(c->peer) + ": " + std::strerror(errno));
   };

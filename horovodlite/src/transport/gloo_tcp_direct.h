@@ -9,7 +9,7 @@
 // I/O on a loop thread: per message a round trip and two wake-ups
 // (docs/transport.md).
 //
-// Matching is the shared-memory path's (gloo_shm.h): per peer and slot,
+// Matching is the shared-memory path's (channel_hub.h): per peer and slot,
 // messages meet receives in posting order. A message whose receive is posted
 // is read straight into its buffer; one whose receive is not yet posted waits
 // in the socket for a while (TcpHub::place_arriving: at most 200 us, and not
@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/channel_hub.h"
 #include "transport/transport.h"
 
 namespace horovodlite {
@@ -45,7 +46,10 @@ namespace transport {
 struct TcpOp;
 struct TcpChannel;
 
-class TcpHub : public std::enable_shared_from_this<TcpHub> {
+// Instantiated in gloo_tcp_direct.cc, where TcpOp and TcpChannel are defined.
+extern template class ChannelHub<TcpOp, TcpChannel>;
+
+class TcpHub : public ChannelHub<TcpOp, TcpChannel>, public std::enable_shared_from_this<TcpHub> {
  public:
   // `park_limit`: how long an arriving message may wait in the socket for its
   // receive while nothing else needs it read (place_arriving).
@@ -69,40 +73,31 @@ class TcpHub : public std::enable_shared_from_this<TcpHub> {
   Status accept(int world_peer, std::chrono::milliseconds timeout);
   // Higher rank: connects to the lower one's endpoint.
   Status connect(int world_peer, const Endpoint& endpoint, std::chrono::milliseconds timeout);
-  void drop(int world_peer);
 
   bool has(int world_peer) const;
   // Posts a send or receive of `bytes` at `buf` to/from `world_peer` (rank
   // `peer` of the caller's context) in `slot`.
   Status post(bool send, void* buf, size_t bytes, int peer, int world_peer, uint64_t slot, int tag,
               RequestPtr* request);
-  // Moves what can move on every channel, then says whether `op` has completed.
-  Status test(TcpOp* op, bool* done);
-  // A request destroyed before it completed: a send's unsent bytes are copied
-  // (they still leave), a receive's are dropped when they come.
-  void abandon(const std::shared_ptr<TcpOp>& op);
-  // Moves what can move on every channel (as test() does).
-  void poll();
-  // How many messages have been read into a heap copy (their receive was not
-  // posted when they were read; place_arriving says when that happens).
-  size_t early_copies() const;
+  // test(), poll(), abandon(), drop() and early_copies() are the hub's
+  // (channel_hub.h). An abandoned send's unsent bytes are copied (they still
+  // leave), an abandoned receive's are dropped when they come; early copies
+  // are made where place_arriving says.
 
  private:
-  void progress_locked();
-  void progress_channel(TcpChannel* c);
+  // Only a connected channel that has not failed moves.
+  void progress_channel(TcpChannel* c) override;
+  void abandon_send(TcpChannel* c, const std::shared_ptr<TcpOp>& op) override;
   bool place_arriving(TcpChannel* c);
   void fail_channel(TcpChannel* c, const std::string& why);
 
-  int world_rank_;
   std::string secret_;
   std::chrono::microseconds park_limit_;
   std::atomic<size_t> refused_{0};
-  mutable std::mutex mu_;
   // Spare buffers for early messages of up to kEarlyPooledBytes (under mu_;
-  // declared before channels_, whose early messages return theirs here).
+  // the channels, whose early messages return theirs here, go first: see
+  // ~TcpHub).
   std::vector<std::unique_ptr<uint8_t[]>> spare_;
-  size_t early_copies_ = 0;
-  std::map<int, std::unique_ptr<TcpChannel>> channels_;
 };
 
 }  // namespace transport

@@ -221,7 +221,7 @@ class GlooTransport : public Context {
     if (!created.ok()) HVL_LOG(kWarning, created.message() << ": those pairs stay on TCP");
     for (int p : peers) {
       if (!ok[static_cast<size_t>(p)]) {
-        hub->drop_channel(p);
+        hub->drop(p);
         continue;
       }
       if (p > rank_) hub->probe_single_copy(p);  // the peer's side is in the file since its answer
