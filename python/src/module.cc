@@ -162,6 +162,7 @@ py::dict build_info() {
   const BuildInfo info = horovodlite::build_info();
   py::dict d;
   d["version"] = info.version;
+  d["mpi"] = info.mpi;
   d["mpi_library"] = info.mpi_library;
   d["mpi_version"] = std::to_string(info.mpi_version) + "." + std::to_string(info.mpi_subversion);
   d["cuda"] = info.cuda;
@@ -219,6 +220,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("mpi_threads_supported", &hvt::mpi_threads_supported);
   m.def("nccl_version", &nccl_version);
   m.def("gloo_built", &horovodlite::gloo_built);
+  m.def("mpi_built", &horovodlite::mpi_built);
   m.def("mpi_enabled", &horovodlite::mpi_enabled);
   m.def("gloo_enabled", &horovodlite::gloo_enabled);
   m.attr("cuda_built") = horovodlite::cuda_built();  // the core knows (algorithms.cc)

@@ -57,6 +57,10 @@ def report(info, torch_version, level):
                                       else "portable kernels (no AVX2/F16C on this CPU)")
     nccl = _version_code(info["nccl_version"], "nccl") if info["nccl_version"] else "no"
     cuda = _version_code(info["cuda_runtime_version"], "cuda") if info["cuda"] else "no"
+    if info["mpi"]:
+        mpi = "%s; MPI %s; thread level %s" % (info["mpi_library"], info["mpi_version"], level)
+    else:
+        mpi = "not built (HVL_WITH_MPI=OFF): jobs run on Gloo"
     text = """\
         horovodlite v{version}:
 
@@ -66,27 +70,27 @@ def report(info, torch_version, level):
             [ ] MXNet
 
         Available Controllers:
-            [X] MPI: {mpi_library}; MPI {mpi_version}; thread level {level}
-            [ ] Gloo
+            [{mpi_check}] MPI: {mpi}
+            [{gloo_check}] Gloo
 
         Available Tensor Operations:
             [{nccl_check}] NCCL: {nccl}
             [ ] DDL
             [ ] CCL
-            [X] MPI
-            [ ] Gloo
+            [{mpi_check}] MPI
+            [{gloo_check}] Gloo
             [X] Ring: {ring}
             [X] fp16 compression: {fp16}
 
         CUDA: {cuda}
         """.format(version=info["version"], torch_built=info["torch_built_against"], torch_running=torch_version,
-                   mpi_library=info["mpi_library"], mpi_version=info["mpi_version"], level=level,
+                   mpi_check=_check(info["mpi"]), mpi=mpi, gloo_check=_check(info["gloo"]),
                    nccl_check=_check(info["nccl_version"]), nccl=nccl, ring=ring, fp16=fp16, cuda=cuda)
     return textwrap.dedent(text)
 
 
 def check_build(mpirun_argv):
-    """Prints the report; returns the exit code."""
+    """Prints the report; returns the exit code. `mpirun_argv`: None without mpirun."""
     try:
         import torch
 
@@ -95,7 +99,11 @@ def check_build(mpirun_argv):
         print("horovodlite-run --check-build: cannot import horovodlite.torch (%s); is it built and on "
               "PYTHONPATH?" % e, file=sys.stderr)
         return 1
-    print(report(_C.build_info(), torch.__version__, thread_level(mpirun_argv)), end="")
+    info = _C.build_info()
+    level = None
+    if info["mpi"]:
+        level = thread_level(mpirun_argv) if mpirun_argv else "unknown (no mpirun to start a one-rank job)"
+    print(report(info, torch.__version__, level), end="")
     return 0
 
 

@@ -197,7 +197,10 @@ def mpi_enabled():
 
 
 def mpi_built():
-    return True
+    """True when the library was built with the MPI backend (HVL_WITH_MPI); a
+    build without it runs Gloo jobs only (horovodlite-run --gloo, elastic,
+    Spark, Ray)."""
+    return bool(_C.mpi_built())
 
 
 def gloo_enabled():
