@@ -27,20 +27,7 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   const FreedMemory freed = keep_freed_memory(rt->config_.keep_freed_memory);
   HVL_LOG(kDebug, "freed host memory: " << freed_memory_name(freed));
   set_huge_page_inputs(rt->config_.huge_page_inputs);
-  if (rt->config_.transport == Config::Transport::kGloo) {
-    // A job without MPI: the world comes from the launcher's rendezvous store.
-    if (options.mpi_comm != nullptr) {
-      return Status::InvalidArgument(
-          "init: an MPI communicator was passed (InitOptions::mpi_comm) but this is a Gloo job "
-          "(HOROVOD_CONTROLLER=gloo or started by horovodlite-run --gloo)");
-    }
-    transport::clear_interrupt();  // a wait interrupted in the last runtime (on_peer_timeout)
-    transport::ContextPtr world;
-    HVL_RETURN_IF_ERROR(transport::connect_world(rt->config_, &world));
-    HVL_RETURN_IF_ERROR(rt->world_.init_transport(std::move(world)));
-  } else {
-    HVL_RETURN_IF_ERROR(rt->world_.init_mpi(options.mpi_comm));
-  }
+  HVL_RETURN_IF_ERROR(rt->join_world(options));
   set_log_rank(rt->world_.rank());
   HVL_RETURN_IF_ERROR(rt->agree_on_settings());
   rt->watchdog_ = std::make_unique<Watchdog>(
@@ -50,96 +37,115 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
   HVL_RETURN_IF_ERROR(rt->watchdog_->learn_peers(rt->world_));
   rt->sets_ = std::make_unique<ProcessSetTable>(rt->world_, rt->config_, rt->timeline_, *rt->watchdog_);
   rt->sets_->add_global();
-  if (rt->config_.autotune) {
-    const Config& c = rt->config_;
-    autotune::Options o;
-    o.log_path = c.autotune_log;
-    o.warmup_samples = static_cast<int>(c.autotune_warmup_samples);
-    o.steps_per_sample = static_cast<int>(c.autotune_steps_per_sample);
-    o.max_samples = static_cast<int>(c.autotune_bayes_opt_max_samples);
-    o.gp_noise = c.autotune_gaussian_process_noise;
-    o.tune_fusion = !c.user_set.fusion_threshold;
-    o.tune_cycle_time = !c.user_set.cycle_time;
-    o.tune_eager = !c.user_set.eager_allreduce_bytes;
-    // The hierarchical switches (on: every size; off: never) where their
-    // algorithms apply (several hosts, the same number of ranks on each; the
-    // same answer on every rank). They start on (auto, the default, uses them
-    // for the large allreduces that carry most of the bytes) unless
-    // AUTOTUNE_START says off.
-    bool hosts = false;
-    if (!c.user_set.hierarchical_allreduce || !c.user_set.hierarchical_allgather) {
-      Status topology = rt->world_.several_hosts_alike(&hosts);
-      if (!topology.ok()) HVL_LOG(kWarning, "autotune: the hierarchical switches stay as set: " << topology.message());
-    }
-    o.tune_hierarchical_allreduce = hosts && !c.user_set.hierarchical_allreduce;
-    o.tune_hierarchical_allgather = hosts && !c.user_set.hierarchical_allgather;
-    autotune::Params initial;
-    initial.fusion_threshold_bytes = c.fusion_threshold_bytes;
-    initial.cycle_time_ms = c.cycle_time_ms;
-    initial.eager_allreduce_bytes = c.eager_allreduce_bytes;
-    using H = Config::Hierarchical;
-    initial.hierarchical_allreduce =
-        o.tune_hierarchical_allreduce ? c.hierarchical_allreduce != H::kOff : c.hierarchical_allreduce == H::kOn;
-    initial.hierarchical_allgather =
-        o.tune_hierarchical_allgather ? c.hierarchical_allgather != H::kOff : c.hierarchical_allgather == H::kOn;
-    rt->tuner_ = std::make_unique<autotune::Autotuner>(o, initial, rt->world_.rank() == 0);
-    rt->apply_tuning(initial);  // (a tuned switch: from auto to on)
-    if (!rt->tuner_->active() && rt->world_.rank() == 0) {
-      HVL_LOG(kWarning,
-              "HOROVODLITE_AUTOTUNE=1: nothing to tune (FUSION_THRESHOLD, CYCLE_TIME and "
-              "EAGER_ALLREDUCE_BYTES are all set by hand, and the hierarchical switches are set by hand "
-              "or do not apply)");
-    }
-  }
+  if (rt->config_.autotune) rt->start_autotuner();
   // Static process sets: collective over every rank, before the thread starts.
   for (const std::vector<int>& ranks : options.process_sets) {
     int32_t id = 0;
     Status ps = rt->sets_->register_set(ranks, &id);
-    if (!ps.ok()) {
-      Status stopped = rt->stop();
-      if (!stopped.ok()) HVL_LOG(kWarning, "stopping after a failed init: " << stopped.message());
-      return Status(ps.code(), "init(process_sets): " + ps.message());
-    }
+    if (!ps.ok()) return rt->fail_start(Status(ps.code(), "init(process_sets): " + ps.message()));
   }
-  // The background thread's CPU (HOROVODLITE_THREAD_AFFINITY), checked on
-  // every rank before it starts: a bad list fails init everywhere. auto counts
-  // the ranks of this machine that share this process's CPUs.
   int cpu = -1;
-  {
-    ThreadAffinity affinity;
-    const std::vector<int> allowed = allowed_cpus();
-    const uint64_t key = cpu_set_key(allowed);
-    std::vector<uint64_t> keys(static_cast<size_t>(rt->world_.size()));
-    Status s = rt->world_.allgather(&key, sizeof key, keys.data());
-    if (s.ok()) s = parse_thread_affinity(rt->config_.thread_affinity_var, rt->config_.thread_affinity, &affinity);
-    if (s.ok()) {
-      s = background_thread_cpu(affinity, rt->world_.local_rank(), rt->world_.local_size(),
-                                cpu_sharers(keys, rt->world_.rank()), allowed, &cpu);
-    }
-    s = rt->world_.agree(s, "the background thread's CPU", "its THREAD_AFFINITY setting was refused there");
-    if (!s.ok()) {
-      Status stopped = rt->stop();
-      if (!stopped.ok()) HVL_LOG(kWarning, "stopping after a failed init: " << stopped.message());
-      return Status(s.code(), "init: " + s.message());
-    }
-  }
-  rt->thread_ = std::thread([r = rt.get()] { r->loop(); });
-#ifdef __linux__
-  pthread_setname_np(rt->thread_.native_handle(), "horovodlite");  // as ps and /proc/<pid>/task show it
-#endif
-  if (cpu >= 0) {
-    const Status pinned = pin_thread(rt->thread_, cpu);
-    if (pinned.ok()) {
-      HVL_LOG(kDebug, "background thread of local rank " << rt->world_.local_rank() << " on CPU " << cpu);
-    } else {
-      HVL_LOG(kWarning, pinned.message() << " (it runs where the kernel puts it)");
-    }
-  }
+  Status placed = rt->agree_on_thread_cpu(&cpu);
+  if (!placed.ok()) return rt->fail_start(Status(placed.code(), "init: " + placed.message()));
+  rt->start_thread(cpu);
   HVL_LOG(kDebug, "started: size " << rt->world_.size() << ", fusion threshold " << rt->config_.fusion_threshold_bytes
                                    << " B, cycle time " << rt->config_.cycle_time_ms << " ms, cache capacity "
                                    << rt->config_.cache_capacity);
   *out = std::move(rt);
   return Status::OK();
+}
+
+Status Runtime::join_world(const InitOptions& options) {
+  if (config_.transport != Config::Transport::kGloo) return world_.init_mpi(options.mpi_comm);
+  // A job without MPI: the world comes from the launcher's rendezvous store.
+  if (options.mpi_comm != nullptr) {
+    return Status::InvalidArgument(
+        "init: an MPI communicator was passed (InitOptions::mpi_comm) but this is a Gloo job "
+        "(HOROVOD_CONTROLLER=gloo or started by horovodlite-run --gloo)");
+  }
+  transport::clear_interrupt();  // a wait interrupted in the last runtime (on_peer_timeout)
+  transport::ContextPtr world;
+  HVL_RETURN_IF_ERROR(transport::connect_world(config_, &world));
+  return world_.init_transport(std::move(world));
+}
+
+Status Runtime::fail_start(const Status& failure) {
+  Status stopped = stop();
+  if (!stopped.ok()) HVL_LOG(kWarning, "stopping after a failed init: " << stopped.message());
+  return failure;
+}
+
+void Runtime::start_autotuner() {
+  const Config& c = config_;
+  autotune::Options o;
+  o.log_path = c.autotune_log;
+  o.warmup_samples = static_cast<int>(c.autotune_warmup_samples);
+  o.steps_per_sample = static_cast<int>(c.autotune_steps_per_sample);
+  o.max_samples = static_cast<int>(c.autotune_bayes_opt_max_samples);
+  o.gp_noise = c.autotune_gaussian_process_noise;
+  o.tune_fusion = !c.user_set.fusion_threshold;
+  o.tune_cycle_time = !c.user_set.cycle_time;
+  o.tune_eager = !c.user_set.eager_allreduce_bytes;
+  // The hierarchical switches (on: every size; off: never) where their
+  // algorithms apply (several hosts, the same number of ranks on each; the
+  // same answer on every rank). They start on (auto, the default, uses them
+  // for the large allreduces that carry most of the bytes) unless
+  // AUTOTUNE_START says off.
+  bool hosts = false;
+  if (!c.user_set.hierarchical_allreduce || !c.user_set.hierarchical_allgather) {
+    Status topology = world_.several_hosts_alike(&hosts);
+    if (!topology.ok()) HVL_LOG(kWarning, "autotune: the hierarchical switches stay as set: " << topology.message());
+  }
+  o.tune_hierarchical_allreduce = hosts && !c.user_set.hierarchical_allreduce;
+  o.tune_hierarchical_allgather = hosts && !c.user_set.hierarchical_allgather;
+  autotune::Params initial;
+  initial.fusion_threshold_bytes = c.fusion_threshold_bytes;
+  initial.cycle_time_ms = c.cycle_time_ms;
+  initial.eager_allreduce_bytes = c.eager_allreduce_bytes;
+  using H = Config::Hierarchical;
+  initial.hierarchical_allreduce =
+      o.tune_hierarchical_allreduce ? c.hierarchical_allreduce != H::kOff : c.hierarchical_allreduce == H::kOn;
+  initial.hierarchical_allgather =
+      o.tune_hierarchical_allgather ? c.hierarchical_allgather != H::kOff : c.hierarchical_allgather == H::kOn;
+  tuner_ = std::make_unique<autotune::Autotuner>(o, initial, world_.rank() == 0);
+  apply_tuning(initial);  // (a tuned switch: from auto to on)
+  if (!tuner_->active() && world_.rank() == 0) {
+    HVL_LOG(kWarning,
+            "HOROVODLITE_AUTOTUNE=1: nothing to tune (FUSION_THRESHOLD, CYCLE_TIME and "
+            "EAGER_ALLREDUCE_BYTES are all set by hand, and the hierarchical switches are set by hand "
+            "or do not apply)");
+  }
+}
+
+Status Runtime::agree_on_thread_cpu(int* cpu) {
+  // Checked on every rank before the thread starts: a bad list fails init
+  // everywhere. auto counts the ranks of this machine that share this
+  // process's CPUs.
+  ThreadAffinity affinity;
+  const std::vector<int> allowed = allowed_cpus();
+  const uint64_t key = cpu_set_key(allowed);
+  std::vector<uint64_t> keys(static_cast<size_t>(world_.size()));
+  Status s = world_.allgather(&key, sizeof key, keys.data());
+  if (s.ok()) s = parse_thread_affinity(config_.thread_affinity_var, config_.thread_affinity, &affinity);
+  if (s.ok()) {
+    s = background_thread_cpu(affinity, world_.local_rank(), world_.local_size(), cpu_sharers(keys, world_.rank()),
+                              allowed, cpu);
+  }
+  return world_.agree(s, "the background thread's CPU", "its THREAD_AFFINITY setting was refused there");
+}
+
+void Runtime::start_thread(int cpu) {
+  thread_ = std::thread([this] { loop(); });
+#ifdef __linux__
+  pthread_setname_np(thread_.native_handle(), "horovodlite");  // as ps and /proc/<pid>/task show it
+#endif
+  if (cpu < 0) return;
+  const Status pinned = pin_thread(thread_, cpu);
+  if (pinned.ok()) {
+    HVL_LOG(kDebug, "background thread of local rank " << world_.local_rank() << " on CPU " << cpu);
+  } else {
+    HVL_LOG(kWarning, pinned.message() << " (it runs where the kernel puts it)");
+  }
 }
 
 Status Runtime::agree_on_settings() {

@@ -78,6 +78,16 @@ class Runtime {
  private:
   using Clock = std::chrono::steady_clock;
   Runtime() = default;
+  // The phases of start(), in their order. join_world: the world over MPI or
+  // the transport (HOROVOD_CONTROLLER). start_autotuner: the tuner and its
+  // starting point (HOROVODLITE_AUTOTUNE). agree_on_thread_cpu: the background
+  // thread's CPU (HOROVODLITE_THREAD_AFFINITY), the same verdict on every rank.
+  // fail_start: stops what started and returns the failure.
+  Status join_world(const InitOptions& options);
+  void start_autotuner();
+  Status agree_on_thread_cpu(int* cpu);
+  void start_thread(int cpu);
+  Status fail_start(const Status& failure);
   // start(), once the configuration is read: every rank agrees on the settings
   // that size the negotiation, and on whether the timeline opened.
   Status agree_on_settings();
