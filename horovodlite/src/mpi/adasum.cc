@@ -299,8 +299,8 @@ struct Adasum::Reduction {
   // The last level and the whole allgather at once (every rank on this host):
   // each combined segment goes at once to every other rank, whose single
   // copies read it out of this core's cache, as Sum's ring's do, instead of
-  // out of memory an exchange later (docs/adasum.md, "The allgather from every
-  // rank at once").
+  // out of memory an exchange later (docs/results/2026-11-adasum.md, "The
+  // allgather from every rank at once").
   Status combine_and_allgather(const Split& level) {
     return make_and_allgather(self.comm_, self.rank_, kTagGather, data, elem, self.final_pieces(total), seg, !forward,
                               combiner(level), &stores, result_ring, kStagedSlots, data_huge);

@@ -59,23 +59,22 @@ class Backoff {
 
 // How values are written into the send slots. Plain stores leave them in this
 // core's cache, where the peer's copy reads them cheaply, and that is right
-// while the peer's core is near (it shares this core's last-level cache). But
-// a slot is written again a few segments later, and the peer's copy has left
-// its lines in the peer core's cache: each store must first win its line back.
-// Where that core is far (another chiplet or socket; this project's VM is moved
-// by its host between the two, a core-to-core round trip of ~55 ns or of
-// ~320 ns: bench/core_latency.cc), that costs a far round trip per line, and a
-// copy into a slot took 35-150 us per 256 KiB instead of 12-25. Streaming
-// (non-temporal) stores fetch no line and leave none in this cache; the peer
-// then reads memory. So each op measures, in its first exchange with enough
-// segments, the first writes of two slots (lines from memory: 12-35 us either
-// way) against the first rewrites of those slots (lines the peer's copy has
-// read), the faster of each pair (a copy during which the rank was preempted
-// does not count). The log of the ratio (clamped to [1/3, 3]) is averaged over
-// the ops (Placement: ranks that share cores see a near and a far peer in
-// turn, and a single op's ratio is noisy; a placement lasts minutes), and an
-// average above log(kFarRatio) means a far peer: the op's later slot writes
-// stream. Results are the same either way.
+// while the peer's core is near (it shares this core's last-level cache). But a
+// slot is written again a few segments later, and the peer's copy has left its
+// lines in the peer core's cache: each store must first win its line back.
+// Where that core is far (another chiplet or socket: a core-to-core round trip
+// several times longer, bench/core_latency.cc measures it), that costs a far
+// round trip per line, and a copy into a slot takes several times longer.
+// Streaming (non-temporal) stores fetch no line and leave none in this cache;
+// the peer then reads memory. So each op measures, in its first exchange with
+// enough segments, the first writes of two slots (lines from memory either way)
+// against the first rewrites of those slots (lines the peer's copy has read),
+// the faster of each pair (a copy during which the rank was preempted does not
+// count). The log of the ratio (clamped to [1/3, 3]) is averaged over the ops
+// (Placement: ranks that share cores see a near and a far peer in turn, and a
+// single op's ratio is noisy; a placement lasts minutes), and an average above
+// log(kFarRatio) means a far peer: the op's later slot writes stream. Results
+// are the same either way.
 struct Placement {
   static constexpr double kFarRatio = 1.25;
   static constexpr double kWeight = 0.25;  // of the newest op

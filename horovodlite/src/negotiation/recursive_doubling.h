@@ -7,16 +7,15 @@
 // Why not MPI_Iallreduce: for small vectors Open MPI 4.1's non-blocking
 // allreduce (libnbc) is a binomial reduce and then a broadcast, 2 log2(p) steps,
 // each forwarded by a rank only when it next tests its request: a rank asleep in
-// its wait's back-off holds up every rank behind it (on 4 ranks across 4
-// simulated hosts, 1-2 ms per negotiation in a loop against 25-35 us for this).
-// On a communicator in host order (MpiContext::host_comm: each host's ranks
-// adjacent), the first log2(ranks per host) exchanges stay inside a host and
-// each later one crosses hosts once.
+// its wait's back-off holds up every rank behind it, and across hosts a
+// negotiation then takes many times longer than these exchanges.
+// On a communicator in host order (mpi::Comms::host_comm, the world's host
+// wire: each host's ranks adjacent), the first log2(ranks per host) exchanges
+// stay inside a host and each later one crosses hosts once.
 //
 // A vector longer than the transport's eager limit goes in pieces that each fit
 // it, all in flight at once: a larger message waits for a rendezvous round trip
-// (Open MPI's shared-memory limit is 4 KiB: a 4 KiB eager allreduce's vote
-// took 13 us on 2 ranks in one message, 9-10 us with the limit raised).
+// (Open MPI's shared-memory eager limit is 4 KiB).
 //
 // Every rank ends with the same bits: each exchange combines the same two
 // vectors on both partners (combine must be commutative, bit for bit: AND,
