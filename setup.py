@@ -82,6 +82,8 @@ class CMakeBuild(build_ext):
         if not modules:
             raise RuntimeError("the CMake build did not produce horovodlite/torch/_C")
         shutil.copy2(modules[0], self.get_ext_fullpath(ext.name))
+        # horovodlite/_build.py: what the build holds (the launcher reads it).
+        shutil.copy2(os.path.join(build_dir, "python", "horovodlite", "_build.py"), os.path.dirname(out_dir))
         # The libraries under the names the loader looks for (their sonames);
         # wheels cannot hold symlinks, so copy contents rather than links.
         libs = [os.path.join(build_dir, "adapters", "torch", "libhorovodlite_torch.so")]

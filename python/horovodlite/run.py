@@ -387,12 +387,23 @@ def elastic_timeout(args):
     raise ValueError("HOROVOD_ELASTIC_TIMEOUT must be a whole number of seconds >= 1, got '%s'" % text)
 
 
+def built_with_mpi():
+    """Whether the installed horovodlite has its MPI backend (HVL_WITH_MPI); read
+    from the file the build writes, so that choosing the transport loads no torch.
+    A source tree that was never built says nothing: assume it has."""
+    try:
+        from horovodlite._build import MPI
+    except ImportError:
+        return True
+    return bool(MPI)
+
+
 def wants_gloo(args):
-    """--gloo, or neither --gloo nor --mpi and no mpirun to be found (elastic
-    jobs always run on Gloo)."""
+    """--gloo, or neither --gloo nor --mpi and either no mpirun to be found or a
+    build without MPI (elastic jobs always run on Gloo)."""
     if args.use_gloo or is_elastic(args):
         return True
-    return not args.use_mpi and shutil.which(args.mpirun) is None
+    return not args.use_mpi and (shutil.which(args.mpirun) is None or not built_with_mpi())
 
 
 def hosts_and_testbed(parser, args):
@@ -497,10 +508,12 @@ def main(argv=None):
                 parser.error("%s is for elastic jobs (--min-np/--max-np/--host-discovery-script)" % flag)
     if wants_gloo(args):
         return gloo_main(parser, args, argv)
-    if shutil.which(args.mpirun) is None:
-        parser.error("cannot find '%s' (install Open MPI or pass --mpirun)" % args.mpirun)
     if args.gloo_timeout_seconds is not None:
         parser.error("--gloo-timeout-seconds is for Gloo jobs (--gloo)")
+    if not built_with_mpi():
+        parser.error("--mpi: this horovodlite was built without MPI (HVL_WITH_MPI=OFF); launch with --gloo")
+    if shutil.which(args.mpirun) is None:
+        parser.error("cannot find '%s' (install Open MPI or pass --mpirun)" % args.mpirun)
     hosts, testbed = hosts_and_testbed(parser, args)
     if hosts and sum(slots for _, slots in hosts) < args.np:
         parser.error("-np %d is more than the %d slots of the hosts given" % (

@@ -121,11 +121,23 @@ def test_gloo_flags_parse():
         run.make_parser().parse_args(["--gloo", "-np", "2", "--gloo-timeout-seconds", "0", "true"])
 
 
-def test_gloo_is_the_default_only_where_mpirun_is_missing():
+def test_gloo_is_the_default_where_mpirun_is_missing(monkeypatch):
+    monkeypatch.setattr(run, "built_with_mpi", lambda: True)
     parse = run.make_parser().parse_args
     assert run.wants_gloo(parse(["-np", "2", "--mpirun", "/nonexistent/mpirun", "true"]))
     assert not run.wants_gloo(parse(["-np", "2", "--mpirun", sys.executable, "true"]))
     assert not run.wants_gloo(parse(["--mpi", "-np", "2", "--mpirun", "/nonexistent/mpirun", "true"]))
+
+
+def test_gloo_is_the_default_where_the_build_has_no_mpi(monkeypatch, capsys):
+    monkeypatch.setattr(run, "built_with_mpi", lambda: False)
+    parse = run.make_parser().parse_args
+    assert run.wants_gloo(parse(["-np", "2", "--mpirun", sys.executable, "true"]))
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--mpi", "-np", "2", "--mpirun", sys.executable, "true"])
+    assert exit_info.value.code == 2
+    assert "built without MPI (HVL_WITH_MPI=OFF); launch with --gloo" in capsys.readouterr().err
+
 
 
 def test_host_assignments_fill_hosts_in_order():
