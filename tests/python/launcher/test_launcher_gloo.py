@@ -139,7 +139,6 @@ def test_gloo_is_the_default_where_the_build_has_no_mpi(monkeypatch, capsys):
     assert "built without MPI (HVL_WITH_MPI=OFF); launch with --gloo" in capsys.readouterr().err
 
 
-
 def test_host_assignments_fill_hosts_in_order():
     slots = worker_env.host_assignments([("a", 2), ("b", 3), ("c", 1)], 5)
     got = [(s.hostname, s.rank, s.local_rank, s.local_size, s.cross_rank, s.cross_size) for s in slots]
