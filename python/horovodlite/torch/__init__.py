@@ -5,7 +5,7 @@ The names, signatures, defaults and semantics follow ``horovod.torch`` 0.28.
 
 from horovodlite.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from horovodlite.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
-from horovodlite.torch import elastic  # noqa: F401,E402
+from horovodlite.torch import elastic, zero  # noqa: F401,E402
 from horovodlite.torch.basics import (  # noqa: F401
                                              Adasum,
                                              Average,
@@ -74,3 +74,4 @@ from horovodlite.torch.mpi_ops import (  # noqa: F401
 )
 from horovodlite.torch.optimizer import DistributedOptimizer  # noqa: F401
 from horovodlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+from horovodlite.torch.zero import ZeroRedundancyOptimizer  # noqa: F401
