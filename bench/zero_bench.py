@@ -21,6 +21,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,6 +65,7 @@ def worker(args):
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch_size, args.hidden, generator=g)
     y = torch.randn(args.batch_size, args.hidden, generator=g)
+    import torch._dynamo  # noqa: F401  (the hooks' eager() imports it: a fixed cost, not training's)
     base = _kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current RSS
@@ -90,7 +92,8 @@ def worker(args):
     result = {"rank": rank, "added_mib": (peak - base) / 1024.0, "base_mib": base / 1024.0,
               "step_ms": 1000 * statistics.median(times[args.warmup:]), "params": n_params,
               "loss": float(loss)}
-    print("RESULT " + json.dumps(result), flush=True)
+    with open(os.path.join(args.out, "rank%d.json" % rank), "w") as f:
+        json.dump(result, f)
     if args.mode == "torch_zero_ddp":
         import torch.distributed as dist
         dist.destroy_process_group()
@@ -106,15 +109,22 @@ def free_port():
 
 def driver(args):
     env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.update(kv.split("=", 1) for kv in args.export)
     rows = {}
+    out_dir = tempfile.mkdtemp(prefix="zero-bench-")
     for mode in args.modes:
+        for name in os.listdir(out_dir):
+            os.unlink(os.path.join(out_dir, name))
         cmd = (["mpirun", "-np", str(args.np)] + _job_flags() +
                [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode, "--port", str(free_port()),
                 "--hidden", str(args.hidden), "--layers", str(args.layers), "--batch-size", str(args.batch_size),
-                "--steps", str(args.steps), "--warmup", str(args.warmup)])
+                "--steps", str(args.steps), "--warmup", str(args.warmup), "--out", out_dir])
         out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              timeout=args.timeout)
-        results = [json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+        results = []
+        for name in sorted(os.listdir(out_dir)):
+            with open(os.path.join(out_dir, name)) as f:
+                results.append(json.load(f))
         if out.returncode != 0 or len(results) != args.np:
             print(out.stdout[-4000:])
             raise SystemExit("%s: mpirun exited %d" % (mode, out.returncode))
@@ -123,7 +133,7 @@ def driver(args):
     print("np %d, MLP %d x %d (%d parameters, %.0f MB float32), Adam, batch %d per rank, median of %d steps"
           % (args.np, args.layers, args.hidden, rows[args.modes[0]]["params"],
              rows[args.modes[0]]["params"] * 4 / 1e6, args.batch_size, args.steps))
-    print("mpirun -np %d %s" % (args.np, " ".join(_job_flags())))
+    print("mpirun -np %d %s%s" % (args.np, " ".join(_job_flags()), "".join(" -x " + kv for kv in args.export)))
     print("%-16s %14s %10s %12s %12s" % ("mode", "added MiB/rank", "step ms", "mem/replic", "mem/torchZ"))
     for mode, r in rows.items():
         rep = rows.get("replicated", {}).get("added_mib")
@@ -147,9 +157,12 @@ def main():
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--timeout", type=int, default=1200)
     p.add_argument("--json", help="write the table's figures here")
+    p.add_argument("-x", dest="export", action="append", default=[], metavar="VAR=VALUE",
+                   help="an environment variable for every rank of every mode (e.g. MALLOC_MMAP_THRESHOLD_=4194304)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
     worker(args) if args.worker else driver(args)
 

@@ -16,7 +16,9 @@ A step:
   gradient as soon as backward has produced it (negotiated and fused by the
   core as any collective, so the order of the hooks may differ across ranks)
   and drops p.grad; the full gradient lives until the core has reduced it
-  (the hooks reap finished reductions as backward goes on);
+  (the hooks reap finished reductions as backward goes on, and wait for the
+  oldest when more than ``max_inflight_bytes`` of gradients are in flight,
+  so that a backward faster than the network cannot hold every gradient);
 - stage 1: gradients are kept in p.grad (the local, unreduced gradient) and
   reducescattered together at step();
 - step() sends what no hook sent (a parameter without a gradient on a rank
@@ -25,9 +27,11 @@ A step:
   the parameters (bounded in flight, so the gathered copies never add a whole
   model's worth of memory).
 
-The shards are refreshed from the parameters before each local step, so a
-parameter changed between steps (broadcast_parameters after the optimizer was
-made, a model's load_state_dict) is what is stepped.
+Each shard is a view of its parameter: the wrapped optimizer updates the
+parameter's chunk in place, so a parameter changed in place between steps
+(broadcast_parameters after the optimizer was made, a model's
+load_state_dict) is what is stepped; assigning a new tensor to ``p.data``
+would leave the view behind (as with torch's parameters_as_bucket_view).
 
 Checkpoints: consolidate_state_dict(to) gathers the state into the format of
 the wrapped optimizer's own state_dict() (full-size state per parameter), which
@@ -74,16 +78,19 @@ class _Shard:
         self.chunk = -(-self.numel // n_ranks)
         self.start = min(my_rank * self.chunk, self.numel)
         self.stop = min(self.start + self.chunk, self.numel)
-        self.local = torch.zeros(self.chunk, dtype=param.dtype, device=param.device)
-        self.refresh()
+        # A view of the parameter itself: the wrapped optimizer updates this
+        # rank's chunk in place (no copy to keep in step), and the allgather
+        # sends it from there. The last ranks' chunks may be short or empty.
+        self.local = param.detach().view(-1)[self.start:self.stop]
         self.passes = 0
         self.sent = False
 
-    def refresh(self):
-        """Copies this rank's chunk of the parameter into the shard."""
+    def padded_local(self):
+        """The shard padded to ``chunk`` elements (itself when it is full)."""
         k = self.stop - self.start
-        if k > 0:
-            self.local[:k].copy_(self.param.detach().reshape(-1)[self.start:self.stop])
+        if k == self.chunk:
+            return self.local
+        return torch.cat([self.local, self.local.new_zeros(self.chunk - k)])
 
 
 def _describe(p):
@@ -146,12 +153,14 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         compression: hvd.Compression.none or .fp16 for the gradients' reducescatter.
         backward_passes_per_step: backward passes accumulated locally per step.
         op: hvd.Average (default) or hvd.Sum over the ranks.
+        max_inflight_bytes: stage 2's bound on the full-size gradients waiting
+            for their reducescatter (default 128 MiB).
         **defaults: the optimizer's arguments (lr, betas, weight_decay, ...).
     """
 
     def __init__(self, params, optimizer_class, process_set=global_process_set, parameters_as_bucket_view=False,
                  overlap_with_ddp=False, *, stage=2, compression=Compression.none, backward_passes_per_step=1,
-                 op=Average, **defaults):
+                 op=Average, max_inflight_bytes=128 << 20, **defaults):
         what = "ZeroRedundancyOptimizer"
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
             raise TypeError("%s: optimizer_class must be a torch.optim.Optimizer subclass, got %r"
@@ -189,6 +198,8 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         self._shards = []           # every sharded parameter, in param-group order (the same on every rank)
         self._by_param = {}
         self._inflight = []         # (shard, handle, compression ctx, input kept alive) of this step's reductions
+        self._inflight_bytes = 0
+        self._max_inflight = int(max_inflight_bytes)
         self._hooks = []
         self._pass_key = None
         self._counted = set()
@@ -261,6 +272,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             if sh.passes == self.backward_passes_per_step and not sh.sent:
                 self._send(sh)
                 self._reap()
+                self._drain(self._max_inflight)
         return hook
 
     def _send(self, sh, suffix=""):
@@ -280,13 +292,16 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         compressed, ctx = self._compression.compress(grad)
         handle = reducescatter_async(compressed, name=sh.name + suffix, op=self.op, process_set=self.process_set)
         self._inflight.append((sh, handle, ctx, compressed))
+        self._inflight_bytes += compressed.numel() * compressed.element_size()
         sh.sent = True
 
     def _finish(self, item):
-        sh, handle, ctx, _ = item
+        sh, handle, ctx, sent = item
+        self._inflight_bytes -= sent.numel() * sent.element_size()
         out = self._compression.decompress(synchronize(handle), ctx)
         if out.dtype != sh.local.dtype:
             out = out.to(sh.local.dtype)
+        out = out[:sh.stop - sh.start]
         if sh.local.grad is None:
             sh.local.grad = out
         else:
@@ -305,11 +320,9 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             del self._inflight[:done]
 
     def _drain(self, limit_bytes=0):
-        while self._inflight and (limit_bytes == 0 or self._inflight_bytes() > limit_bytes):
+        """Finishes the oldest reductions until at most ``limit_bytes`` are in flight (0: all)."""
+        while self._inflight and (limit_bytes == 0 or self._inflight_bytes > limit_bytes):
             self._finish(self._inflight.pop(0))
-
-    def _inflight_bytes(self):
-        return sum(item[3].numel() * item[3].element_size() for item in self._inflight)
 
     def synchronize(self):
         """Finishes this step's gradient reduction (sending what no hook sent):
@@ -370,8 +383,6 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             for k, v in group.items():
                 if k != "params":
                     inner[k] = v  # LR schedulers change self.param_groups
-        for sh in self._shards:
-            sh.refresh()
         self._inner.step()
         for sh in self._shards:
             sh.local.grad = None
@@ -384,7 +395,8 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         pending = []
         nbytes = 0
         for sh in self._shards:
-            pending.append((sh, allgather_async(sh.local, name=sh.name + ".params", process_set=self.process_set)))
+            pending.append((sh, allgather_async(sh.padded_local(), name=sh.name + ".params",
+                                                process_set=self.process_set)))
             nbytes += sh.chunk * self._n * sh.local.element_size()
             if nbytes >= _WINDOW_BYTES:
                 self._write_back(pending)
@@ -423,7 +435,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         """The wrapped optimizer's state of ``sh``: {key: (tensor, sharded?)}."""
         out = {}
         for k, v in self._inner.state.get(sh.local, {}).items():
-            if isinstance(v, torch.Tensor) and v.dim() == 1 and v.numel() == sh.chunk:
+            if isinstance(v, torch.Tensor) and v.dim() == 1 and v.numel() == sh.stop - sh.start:
                 out[k] = (v, True)
             elif isinstance(v, torch.Tensor) and v.numel() > 1:
                 raise ValueError("ZeroRedundancyOptimizer: state %r of parameter %s has shape %s, not the "
@@ -462,7 +474,9 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             entry = {}
             for k, (v, sharded) in sorted(self._state_pieces(sh).items()):
                 if sharded:
-                    full = synchronize(allgather_async(v.contiguous(), name="%s.state.%s" % (sh.name, k),
+                    pad = sh.chunk - v.numel()
+                    v = torch.cat([v, v.new_zeros(pad)]) if pad else v.contiguous()
+                    full = synchronize(allgather_async(v, name="%s.state.%s" % (sh.name, k),
                                                        process_set=self.process_set))
                     if rank() == to:
                         entry[k] = full[:sh.numel].reshape(sh.param.shape).clone()
@@ -529,9 +543,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
                         raise ValueError("%s: state %r of parameter %s has shape %s in the state dict, the "
                                          "parameter %s (a state dict of another model?)"
                                          % (what, k, where, list(v.shape), list(p.shape)))
-                    piece = torch.zeros(sh.chunk, dtype=v.dtype, device=sh.local.device)
-                    piece[:sh.stop - sh.start].copy_(v.reshape(-1)[sh.start:sh.stop])
-                    local[k] = piece
+                    local[k] = v.reshape(-1)[sh.start:sh.stop].to(sh.local.device).clone()
                 else:
                     local[k] = v.clone() if isinstance(v, torch.Tensor) else v
             new_state[sh.local] = local
@@ -554,7 +566,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             entry = {}
             for k, (v, sharded) in self._state_pieces(sh).items():
                 if sharded:
-                    entry[k] = v[:sh.stop - sh.start].clone()
+                    entry[k] = v.clone()
                 else:
                     entry[k] = v.clone() if isinstance(v, torch.Tensor) else v
             state[index[sh.param]] = {"start": sh.start, "stop": sh.stop, "shape": list(sh.param.shape),
