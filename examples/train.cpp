@@ -2,6 +2,7 @@
 //
 //   mpirun -np 4 ./train --epochs 5 --optimizer adam
 //   mpirun -np 4 ./train --use-adasum      # Adasum instead of averaging (2^k ranks)
+//   mpirun -np 4 ./train --zero 2          # ZeRO: optimizer state and gradients sharded
 //
 // The data (--data): scikit-learn's handwritten digits (digits, the default: 1797
 // 8x8 images, 10 classes, read from the digits.csv.gz that Debian's python3-sklearn
@@ -10,7 +11,9 @@
 // dimensions, so that the classes are not linearly separable). Every rank reads or
 // builds the same data, trains an MLP on its shard (DistributedRandomSampler), and
 // averages gradients with a DistributedOptimizer (with --use-adasum: combines the
-// ranks' updates with Adasum). Rank 0 reports the loss,
+// ranks' updates with Adasum; with --zero 1|2: a ZeroRedundancyOptimizer, which
+// shards the optimizer state, and at stage 2 the gradients, across the ranks).
+// Rank 0 reports the loss,
 // held-out accuracy and throughput per epoch, and can save a checkpoint that a
 // later run resumes from (--save / --resume). At the end every rank's weights are
 // compared (allreduced min and max): a difference is an error.
@@ -49,6 +52,7 @@ struct Flags {
   std::string optimizer = "sgd";
   bool fp16 = false;
   bool use_adasum = false;
+  int zero = 0;  // ZeRO stage; 0: replicated
   int accumulation_steps = 1;
   int checkpoint_segments = 0;
   std::string save_path;
@@ -168,14 +172,23 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-std::shared_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name,
-                                                        const std::vector<torch::Tensor>& params, double lr) {
+using ParamGroups = std::vector<torch::optim::OptimizerParamGroup>;
+
+std::shared_ptr<torch::optim::Optimizer> make_optimizer(const std::string& name, ParamGroups params, double lr) {
   namespace optim = torch::optim;
-  if (name == "sgd") return std::make_shared<optim::SGD>(params, optim::SGDOptions(lr > 0 ? lr : 0.02).momentum(0.9));
-  if (name == "adam") return std::make_shared<optim::Adam>(params, optim::AdamOptions(lr > 0 ? lr : 1e-3));
-  if (name == "adamw") return std::make_shared<optim::AdamW>(params, optim::AdamWOptions(lr > 0 ? lr : 1e-3));
-  if (name == "rmsprop") return std::make_shared<optim::RMSprop>(params, optim::RMSpropOptions(lr > 0 ? lr : 1e-3));
-  if (name == "adagrad") return std::make_shared<optim::Adagrad>(params, optim::AdagradOptions(lr > 0 ? lr : 0.02));
+  if (name == "sgd") {
+    return std::make_shared<optim::SGD>(std::move(params), optim::SGDOptions(lr > 0 ? lr : 0.02).momentum(0.9));
+  }
+  if (name == "adam") return std::make_shared<optim::Adam>(std::move(params), optim::AdamOptions(lr > 0 ? lr : 1e-3));
+  if (name == "adamw") {
+    return std::make_shared<optim::AdamW>(std::move(params), optim::AdamWOptions(lr > 0 ? lr : 1e-3));
+  }
+  if (name == "rmsprop") {
+    return std::make_shared<optim::RMSprop>(std::move(params), optim::RMSpropOptions(lr > 0 ? lr : 1e-3));
+  }
+  if (name == "adagrad") {
+    return std::make_shared<optim::Adagrad>(std::move(params), optim::AdagradOptions(lr > 0 ? lr : 0.02));
+  }
   throw std::invalid_argument("--optimizer must be one of sgd, adam, adamw, rmsprop, adagrad (got '" + name + "')");
 }
 
@@ -195,6 +208,7 @@ Flags parse_flags(int argc, char** argv) {
     ("optimizer", "sgd (momentum 0.9), adam, adamw, rmsprop or adagrad", cxxopts::value<std::string>()->default_value("sgd"))
     ("fp16", "Send gradients as float16 (compression)", cxxopts::value<bool>()->default_value("false"))
     ("use-adasum", "Combine the ranks' updates with Adasum (2^k ranks) instead of averaging gradients; the learning rate is then not scaled by the number of ranks", cxxopts::value<bool>()->default_value("false"))
+    ("zero", "ZeRO stage with a ZeroRedundancyOptimizer: 1 (optimizer state sharded across the ranks) or 2 (and the gradients); 0: replicated. Stage 3 is not built in C++ yet", cxxopts::value<int>()->default_value("0"))
     ("accumulation-steps", "Backward passes per optimizer step (backward_passes_per_step)", cxxopts::value<int>()->default_value("1"))
     ("checkpoint-segments", "Activation checkpointing: run the MLP as N checkpointed segments (0: off; at most 5)", cxxopts::value<int>()->default_value("0"))
     ("save", "Rank 0 saves model and optimizer here after each epoch", cxxopts::value<std::string>()->default_value(""))
@@ -221,6 +235,7 @@ Flags parse_flags(int argc, char** argv) {
   f.optimizer = r["optimizer"].as<std::string>();
   f.fp16 = r["fp16"].as<bool>();
   f.use_adasum = r["use-adasum"].as<bool>();
+  f.zero = r["zero"].as<int>();
   f.accumulation_steps = r["accumulation-steps"].as<int>();
   f.checkpoint_segments = r["checkpoint-segments"].as<int>();
   f.save_path = r["save"].as<std::string>();
@@ -240,6 +255,11 @@ Flags parse_flags(int argc, char** argv) {
   }
   if (!(f.test_fraction > 0.0 && f.test_fraction < 1.0))
     throw std::invalid_argument("--test-fraction must be in (0, 1)");
+  if (f.zero == 3) throw std::invalid_argument("--zero 3: stage 3 is not built in C++ yet (use --zero 1 or 2)");
+  if (f.zero < 0 || f.zero > 2) {
+    throw std::invalid_argument("--zero must be 0 (off), 1 or 2 (got " + std::to_string(f.zero) + ")");
+  }
+  if (f.zero > 0 && f.use_adasum) throw std::invalid_argument("--zero and --use-adasum exclude each other");
   if (f.checkpoint_segments < 0 || f.checkpoint_segments > 5) {
     throw std::invalid_argument("--checkpoint-segments must be between 0 and 5 (the MLP has 5 modules)");
   }
@@ -249,13 +269,32 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
-void save_checkpoint(const std::string& path, Net& model, torch::optim::Optimizer& opt, const Flags& f, int epoch) {
+// The optimizer that steps the model: replicated (DistributedOptimizer) or
+// sharded (ZeroRedundancyOptimizer, --zero).
+struct TrainOptimizer {
+  std::unique_ptr<hvd::DistributedOptimizer> replicated;
+  std::unique_ptr<hvd::ZeroRedundancyOptimizer> zero;
+
+  void step() { zero ? static_cast<void>(zero->step()) : static_cast<void>(replicated->step()); }
+  void zero_grad() { zero ? zero->zero_grad() : replicated->zero_grad(); }
+  torch::optim::Optimizer& optimizer() { return zero ? zero->optimizer() : replicated->optimizer(); }
+};
+
+// Rank 0 writes; every rank calls it (ZeRO gathers its state there first).
+void save_checkpoint(const std::string& path, Net& model, TrainOptimizer& opt, const Flags& f, int epoch) {
+  if (opt.zero) opt.zero->consolidate_state_dict(0);
+  if (hvd::rank() != 0) return;
   torch::serialize::OutputArchive archive;
   torch::serialize::OutputArchive model_archive(archive.compilation_unit());
   model->save(model_archive);
   archive.write("model", model_archive);
   torch::serialize::OutputArchive opt_archive(archive.compilation_unit());
-  opt.save(opt_archive);
+  // The same layout either way: a plain optimizer's save() over the model's parameters.
+  if (opt.zero) {
+    opt.zero->save(opt_archive);
+  } else {
+    opt.replicated->optimizer().save(opt_archive);
+  }
   archive.write("optimizer", opt_archive);
   archive.write("optimizer_name", c10::IValue(f.optimizer));
   archive.write("epoch", c10::IValue(static_cast<int64_t>(epoch)));
@@ -264,13 +303,13 @@ void save_checkpoint(const std::string& path, Net& model, torch::optim::Optimize
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot write checkpoint " + path);
 }
 
-// Rank 0 loads the checkpoint, then everything is broadcast from it. Returns the
-// number of epochs already done.
-int resume(const std::string& path, Net& model, hvd::DistributedOptimizer& opt, const Flags& f,
-           const torch::Device& device) {
+// Rank 0 loads the checkpoint, then everything is broadcast from it; with --zero
+// every rank reads the optimizer state too (its shard of it), so the file must be
+// readable on every rank. Returns the number of epochs already done.
+int resume(const std::string& path, Net& model, TrainOptimizer& opt, const Flags& f, const torch::Device& device) {
   std::string error;
   int64_t epoch = 0;
-  if (hvd::rank() == 0) {
+  if (hvd::rank() == 0 || opt.zero) {
     try {
       torch::serialize::InputArchive archive;
       archive.load_from(path, device);
@@ -280,20 +319,35 @@ int resume(const std::string& path, Net& model, hvd::DistributedOptimizer& opt, 
         throw std::runtime_error("the checkpoint was written with --optimizer " + name.toStringRef());
       }
       torch::serialize::InputArchive model_archive, opt_archive;
-      archive.read("model", model_archive);
-      model->load(model_archive);
+      if (hvd::rank() == 0) {
+        archive.read("model", model_archive);
+        model->load(model_archive);
+      }
       archive.read("optimizer", opt_archive);
-      opt.optimizer().load(opt_archive);
+      if (opt.zero) {
+        opt.zero->load(opt_archive);
+      } else {
+        opt.optimizer().load(opt_archive);
+      }
       archive.read("epoch", done);
       epoch = done.toInt();
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
+  // Every rank fails alike: with rank 0's reason, else its own, else another rank's.
+  const std::string mine = error;
   error = hvd::broadcast_bytes(error, 0, "resume.error");
-  if (!error.empty()) throw std::runtime_error("cannot resume from " + path + ": " + error);
+  const bool failed =
+      hvd::allreduce(torch::full({1}, mine.empty() ? 0 : 1, torch::kInt), "resume.failed", {hvd::Max}).item<int>() != 0;
+  if (failed) {
+    throw std::runtime_error("cannot resume from " + path + ": " +
+                             (!error.empty()  ? error
+                              : !mine.empty() ? mine
+                                              : "it failed on another rank"));
+  }
   hvd::broadcast_parameters(*model, 0);
-  hvd::broadcast_optimizer_state(opt, 0);
+  if (!opt.zero) hvd::broadcast_optimizer_state(*opt.replicated, 0);
   return static_cast<int>(hvd::broadcast(torch::full({1}, epoch, torch::kLong), 0, "resume.epoch").item<int64_t>());
 }
 
@@ -365,33 +419,54 @@ int run(int argc, char** argv) {
 
   Net model(train.x.size(1), f.checkpoint_segments);
   model->to(device);
-  auto base = make_optimizer(f.optimizer, model->parameters(), f.lr);
   // Horovod's convention: the learning rate grows with the number of ranks;
   // with Adasum it does not (Horovod's Adasum guide).
-  if (!f.use_adasum) {
-    for (auto& group : base->param_groups()) group.options().set_lr(group.options().get_lr() * size);
+  auto scale_lr = [&](torch::optim::Optimizer& o) {
+    if (f.use_adasum) return;
+    for (auto& group : o.param_groups()) group.options().set_lr(group.options().get_lr() * size);
+  };
+  TrainOptimizer opt;
+  if (f.zero > 0) {
+    hvd::ZeroOptions zopts;
+    zopts.stage = f.zero;
+    zopts.compression = f.fp16 ? hvd::Compression::kFp16 : hvd::Compression::kNone;
+    zopts.backward_passes_per_step = f.accumulation_steps;
+    opt.zero = std::make_unique<hvd::ZeroRedundancyOptimizer>(
+        model->named_parameters(),
+        [&](ParamGroups groups) { return make_optimizer(f.optimizer, std::move(groups), f.lr); }, zopts);
+    scale_lr(opt.zero->optimizer());
+  } else {
+    ParamGroups groups;
+    groups.emplace_back(model->parameters());
+    auto base = make_optimizer(f.optimizer, std::move(groups), f.lr);
+    scale_lr(*base);
+    hvd::DistributedOptimizerOptions dopts;
+    dopts.op = f.use_adasum ? horovodlite::ReduceOp::kAdasum : horovodlite::ReduceOp::kAverage;
+    dopts.compression = f.fp16 ? hvd::Compression::kFp16 : hvd::Compression::kNone;
+    dopts.backward_passes_per_step = f.accumulation_steps;
+    opt.replicated = std::make_unique<hvd::DistributedOptimizer>(base, model->named_parameters(), dopts);
   }
-  hvd::DistributedOptimizerOptions dopts;
-  dopts.op = f.use_adasum ? horovodlite::ReduceOp::kAdasum : horovodlite::ReduceOp::kAverage;
-  dopts.compression = f.fp16 ? hvd::Compression::kFp16 : hvd::Compression::kNone;
-  dopts.backward_passes_per_step = f.accumulation_steps;
-  hvd::DistributedOptimizer opt(base, model->named_parameters(), dopts);
 
   int first_epoch = 0;
   if (!f.resume_path.empty()) {
     first_epoch = resume(f.resume_path, model, opt, f, device);
   } else {
+    // The shards are refreshed from the parameters at each step: broadcasting
+    // the parameters is enough for ZeRO (its state starts empty on every rank).
     hvd::broadcast_parameters(*model, 0);
-    hvd::broadcast_optimizer_state(opt, 0);
+    if (!opt.zero) hvd::broadcast_optimizer_state(*opt.replicated, 0);
   }
+  const std::string mode = f.use_adasum ? "Adasum"
+                           : f.zero > 0 ? "Average, ZeRO stage " + std::to_string(f.zero)
+                                        : "Average";
   if (rank == 0) {
     std::printf(
         "train: %d ranks, %d threads each, device %s, data %s, optimizer %s (lr %g), batch %lld per rank, "
         "%d accumulation steps, fp16 %s, %s, checkpoint segments %d, %lld train / %lld test samples\n",
         size, threads, f.device.c_str(), f.data.c_str(), f.optimizer.c_str(),
-        base->param_groups()[0].options().get_lr(), static_cast<long long>(f.batch_size), f.accumulation_steps,
-        f.fp16 ? "on" : "off", f.use_adasum ? "Adasum" : "Average", f.checkpoint_segments, static_cast<long long>(train.size()),
-        static_cast<long long>(test.size()));
+        opt.optimizer().param_groups()[0].options().get_lr(), static_cast<long long>(f.batch_size),
+        f.accumulation_steps, f.fp16 ? "on" : "off", mode.c_str(), f.checkpoint_segments,
+        static_cast<long long>(train.size()), static_cast<long long>(test.size()));
     if (!f.resume_path.empty()) std::printf("resumed from %s after epoch %d\n", f.resume_path.c_str(), first_epoch);
     std::fflush(stdout);
   }
@@ -441,8 +516,8 @@ int run(int argc, char** argv) {
                   epoch + 1, f.epochs, last_loss, last_eval.loss, 100.0 * last_eval.accuracy,
                   global_samples / epoch_seconds, epoch_seconds);
       std::fflush(stdout);
-      if (!f.save_path.empty()) save_checkpoint(f.save_path, model, opt.optimizer(), f, epoch + 1);
     }
+    if (!f.save_path.empty()) save_checkpoint(f.save_path, model, opt, f, epoch + 1);
   }
   if (first_epoch >= f.epochs) last_eval = evaluate(model, test, device);
   const bool identical = weights_identical(model);

@@ -9,3 +9,4 @@
 #include "horovodlite/torch/error.h"
 #include "horovodlite/torch/optimizer.h"
 #include "horovodlite/torch/tensor_util.h"
+#include "horovodlite/torch/zero.h"
