@@ -5,7 +5,7 @@ The names, signatures, defaults and semantics follow ``horovod.torch`` 0.28.
 
 from horovodlite.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from horovodlite.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
-from horovodlite.torch import elastic, zero  # noqa: F401,E402
+from horovodlite.torch import elastic, fsdp, zero  # noqa: F401,E402
 from horovodlite.torch.basics import (  # noqa: F401
                                              Adasum,
                                              Average,
@@ -37,6 +37,7 @@ from horovodlite.torch.basics import (  # noqa: F401
                                              stop_timeline,
 )
 from horovodlite.torch.compression import Compression  # noqa: F401
+from horovodlite.torch.fsdp import fully_shard  # noqa: F401
 from horovodlite.torch.functions import (  # noqa: F401
                                              allgather_object,
                                              broadcast_object,

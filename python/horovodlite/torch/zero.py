@@ -59,6 +59,8 @@ _TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step 
 # step) in flight at once: enough to fill the core's fusion buffer several
 # times, small next to a model that needs sharding.
 _WINDOW_BYTES = 64 << 20
+# How long a gradient hook waits for the oldest reduction when too many bytes are in flight.
+_BOUND_WAIT_S = 0.2
 
 # Optimizers made per process set (id -> count): names their collectives alike
 # on every rank of the set (other ranks may make other optimizers meanwhile).
@@ -272,7 +274,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             if sh.passes == self.backward_passes_per_step and not sh.sent:
                 self._send(sh)
                 self._reap()
-                self._drain(self._max_inflight)
+                self._bound_inflight()
         return hook
 
     def _send(self, sh, suffix=""):
@@ -318,6 +320,17 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             done += 1
         if done:
             del self._inflight[:done]
+
+    def _bound_inflight(self):
+        """Waits for the oldest reductions while more than max_inflight_bytes
+        are in flight, at most _BOUND_WAIT_S each: hooks may fire in another
+        order on another rank, which may then be waiting for a gradient this
+        rank has not sent yet; past the wait this rank goes on (the bound
+        gives way rather than the job hanging)."""
+        while self._inflight and self._inflight_bytes > self._max_inflight:
+            if not self._inflight[0][1].wait(_BOUND_WAIT_S):
+                return
+            self._finish(self._inflight.pop(0))
 
     def _drain(self, limit_bytes=0):
         """Finishes the oldest reductions until at most ``limit_bytes`` are in flight (0: all)."""

@@ -388,3 +388,26 @@ def test_bad_arguments():
         hvd.ZeroRedundancyOptimizer(model.parameters(), optimizer_class="adam")
     with pytest.raises(ValueError, match="overlap_with_ddp"):
         hvd.ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, overlap_with_ddp=True)
+
+
+def test_hooks_in_another_order_on_each_rank():
+    """Gradients ready in the opposite order on odd ranks, with a bound of
+    0 bytes in flight: each rank's hook waits for a reduction the other rank
+    sends only later; the bound gives way instead of hanging."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Parameter(torch.randn(5)), torch.nn.Parameter(torch.randn(7))
+    ref_a, ref_b = torch.nn.Parameter(a.detach().clone()), torch.nn.Parameter(b.detach().clone())
+    opt = hvd.ZeroRedundancyOptimizer([a, b], optimizer_class=torch.optim.SGD, lr=0.1, max_inflight_bytes=0)
+    ref = hvd.DistributedOptimizer(torch.optim.SGD([ref_a, ref_b], lr=0.1), named_parameters=[("a", ref_a),
+                                                                                              ("b", ref_b)])
+    for o, (pa, pb) in ((opt, (a, b)), (ref, (ref_a, ref_b))):
+        # autograd runs the branch made last first: a's gradient first on even ranks, b's on odd ones
+        if hvd.rank() % 2 == 0:
+            first, second = (pb ** 2).sum(), (pa * (hvd.rank() + 1)).sum()
+        else:
+            first, second = (pa * (hvd.rank() + 1)).sum(), (pb ** 2).sum()
+        loss = first + second
+        loss.backward()
+        o.step()
+    torch.testing.assert_close(a.detach(), ref_a.detach())
+    torch.testing.assert_close(b.detach(), ref_b.detach())
