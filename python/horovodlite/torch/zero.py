@@ -30,8 +30,10 @@ A step:
 Each shard is a view of its parameter: the wrapped optimizer updates the
 parameter's chunk in place, so a parameter changed in place between steps
 (broadcast_parameters after the optimizer was made, a model's
-load_state_dict) is what is stepped; assigning a new tensor to ``p.data``
-would leave the view behind (as with torch's parameters_as_bucket_view).
+load_state_dict) is what is stepped. Where the parameter got new storage
+(``p.data = ...``, ``load_state_dict(assign=True)``, ``module.to()``), step()
+finds the view left behind and makes a new one, the optimizer's state moving
+with it.
 
 Checkpoints: consolidate_state_dict(to) gathers the state into the format of
 the wrapped optimizer's own state_dict() (full-size state per parameter), which
@@ -392,6 +394,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self.synchronize()
+        self._follow_storage()
         for group, inner in zip(self.param_groups, self._inner.param_groups):
             for k, v in group.items():
                 if k != "params":
@@ -403,6 +406,22 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         self._reduced = False
         self._steps += 1
         return loss
+
+    def _follow_storage(self):
+        """Re-makes the views of parameters whose storage was replaced since
+        the last step (their state follows them)."""
+        for sh in self._shards:
+            k = sh.stop - sh.start
+            p = sh.param
+            if k == 0 or sh.local.data_ptr() == p.data_ptr() + sh.start * p.element_size():
+                continue
+            new = p.detach().view(-1)[sh.start:sh.stop]
+            new.grad = sh.local.grad
+            for group in self._inner.param_groups:
+                group["params"] = [new if t is sh.local else t for t in group["params"]]
+            if sh.local in self._inner.state:
+                self._inner.state[new] = self._inner.state.pop(sh.local)
+            sh.local = new
 
     def _gather_params(self):
         pending = []

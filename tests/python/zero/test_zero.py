@@ -411,3 +411,23 @@ def test_hooks_in_another_order_on_each_rank():
         o.step()
     torch.testing.assert_close(a.detach(), ref_a.detach())
     torch.testing.assert_close(b.detach(), ref_b.detach())
+
+
+def test_parameters_given_new_storage():
+    """p.data replaced between steps (as load_state_dict(assign=True) or
+    module.to() do): the shards follow, with their optimizer state."""
+    ref = make_model()
+    ropt = replicated(ref)
+    model = make_model()
+    opt = hvd.ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=0.01)
+    train(ref, ropt, 2)
+    train(model, opt, 2)
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), ref.parameters()):
+            p.data = p.data * 0.5  # new storage, new values
+            q.mul_(0.5)
+    train(ref, ropt, 2, start=2)
+    train(model, opt, 2, start=2)
+    assert_same(model, ref)
+    assert all(st["exp_avg"].numel() == sh.stop - sh.start
+               for sh in opt._shards for st in [opt._inner.state[sh.local]])
