@@ -378,10 +378,14 @@ def _flatten(output):
 def _managed(module):
     """(qualified name, parameter, [(owner, attribute)]) of the parameters of
     ``module`` not under a submodule that is already fully sharded."""
+    # An explicit stack, not a recursive closure: a closure that refers to
+    # itself is a reference cycle, which would keep the replaced parameters
+    # alive until the garbage collector runs.
     found = {}
     order = []
-
-    def walk(m, prefix):
+    stack = [(module, "")]
+    while stack:
+        m, prefix = stack.pop()
         for attr, p in m._parameters.items():
             if p is None:
                 continue
@@ -389,11 +393,9 @@ def _managed(module):
                 found[id(p)] = (prefix + attr, p, [])
                 order.append(id(p))
             found[id(p)][2].append((m, attr))
-        for name, child in m._modules.items():
-            if child is None or getattr(child, "_hvl_fsdp_state", None) is not None:
-                continue
-            walk(child, prefix + name + ".")
-    walk(module, "")
+        children = [(child, prefix + name + ".") for name, child in m._modules.items()
+                    if child is not None and getattr(child, "_hvl_fsdp_state", None) is None]
+        stack.extend(reversed(children))  # depth first, in registration order
     return [found[i] for i in order]
 
 
