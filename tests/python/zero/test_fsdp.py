@@ -175,3 +175,16 @@ def test_load_full_state_dict_of_another_model():
     other = torch.nn.Sequential(torch.nn.Linear(7, 4))
     with pytest.raises(ValueError, match=r"0.weight has shape \[4, 7\] in the state dict, the parameter \[9, 7\]"):
         hvd.fsdp.load_full_state_dict(model, other.state_dict())
+
+
+def test_replaced_parameters_are_freed_at_once():
+    import gc
+    import weakref
+    model = make_model()
+    refs = [weakref.ref(p) for p in model.parameters()]
+    gc.disable()  # freed by reference counting, not by a later collection
+    try:
+        shard(model)
+        assert all(r() is None for r in refs)
+    finally:
+        gc.enable()
