@@ -57,7 +57,7 @@ from horovodlite.torch.mpi_ops import (
     reducescatter_async,
     synchronize,
 )
-from horovodlite.torch.zero import _BOUND_WAIT_S, _describe, _layout_error
+from horovodlite.torch.zero import _BOUND_WAIT_S, _describe, _layout_error, return_freed_memory
 
 _current_node = getattr(torch._C, "_current_autograd_node", None)
 _instances = {}  # process set id -> fully_shard calls: names their collectives alike on every rank
@@ -428,6 +428,7 @@ def fully_shard(module, process_set=global_process_set, reshard_after_forward=Tr
         raise ValueError("%s: compression must be hvd.Compression.none or hvd.Compression.fp16" % what)
     if process_set.included() is False:
         raise ValueError("%s: rank %d is not in %s" % (what, rank(), process_set))
+    return_freed_memory()
     params = _managed(module)
     psid = process_set.process_set_id
     k = _instances.get(psid, 0)

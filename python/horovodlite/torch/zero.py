@@ -42,6 +42,7 @@ load_sharded_state_dict() (and save_sharded/load_sharded for files) keep one
 piece per rank with an index, also loadable on another number of ranks.
 """
 
+import ctypes
 import json
 import os
 
@@ -61,6 +62,34 @@ _TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step 
 # step) in flight at once: enough to fill the core's fusion buffer several
 # times, small next to a model that needs sharding.
 _WINDOW_BYTES = 64 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameters
+_GLIBC_DEFAULTS = ((_M_MMAP_MAX, 65536), (_M_TRIM_THRESHOLD, 128 << 10))
+_MALLOC_SETTINGS = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+
+def return_freed_memory():
+    """Gives freed memory back to the system again (glibc's own policy).
+
+    hvd.init() keeps freed memory for reuse (HOROVODLITE_KEEP_FREED_MEMORY,
+    default on: no mmap for large blocks, no trimming; a step then reuses its
+    activations' pages instead of faulting fresh ones in). That makes every
+    block freed during a step stay with the process: a sharded optimizer's
+    saving stays in the heap (with 4 ranks and a 60M-parameter MLP, stage 2's
+    peak was 0.81x the replicated optimizer's with the policy and 0.58x
+    without, docs/results/2026-12-zero.md). The sharded optimizers therefore
+    call this when made, unless HOROVODLITE_KEEP_FREED_MEMORY is set or the
+    user tuned malloc (MALLOC_*_, GLIBC_TUNABLES glibc.malloc.*)."""
+    if os.environ.get("HOROVODLITE_KEEP_FREED_MEMORY") is not None:
+        return False
+    if any(v in os.environ for v in _MALLOC_SETTINGS) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False  # not glibc
+    return all(mallopt(k, v) == 1 for k, v in _GLIBC_DEFAULTS)
+
+
 # How long a gradient hook waits for the oldest reduction when too many bytes are in flight.
 _BOUND_WAIT_S = 0.2
 
@@ -184,6 +213,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             raise ValueError("%s: compression must be hvd.Compression.none or hvd.Compression.fp16" % what)
         self._inner = None
         super().__init__(params, defaults)
+        return_freed_memory()
         if process_set.included() is False:
             raise ValueError("%s: rank %d is not in %s; make the optimizer on the set's ranks only"
                              % (what, rank(), process_set))
