@@ -25,7 +25,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ("replicated", "zero1", "zero2", "torch_zero_ddp")
+MODES = ("replicated", "zero1", "zero2", "fsdp3", "torch_zero_ddp", "torch_fsdp2")
 
 
 def _job_flags():
@@ -49,9 +49,8 @@ def worker(args):
     torch.set_num_threads(1)
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
     size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
-    if args.mode == "torch_zero_ddp":
+    if args.mode.startswith("torch_"):
         import torch.distributed as dist
-        from torch.distributed.optim import ZeroRedundancyOptimizer
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % args.port, rank=rank, world_size=size)
     else:
         import horovodlite.torch as hvd
@@ -77,7 +76,23 @@ def worker(args):
         opt = hvd.ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
                                           stage=int(args.mode[-1]), lr=1e-4)
         net = model
+    elif args.mode == "fsdp3":
+        for m in model:
+            if isinstance(m, torch.nn.Linear):
+                hvd.fully_shard(m)
+        net = hvd.fully_shard(model)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    elif args.mode == "torch_fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (size,))
+        for m in model:
+            if isinstance(m, torch.nn.Linear):
+                fully_shard(m, mesh=mesh)
+        net = fully_shard(model, mesh=mesh)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     else:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
         net = torch.nn.parallel.DistributedDataParallel(model)
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-4)
     times = []
@@ -94,7 +109,7 @@ def worker(args):
               "loss": float(loss)}
     with open(os.path.join(args.out, "rank%d.json" % rank), "w") as f:
         json.dump(result, f)
-    if args.mode == "torch_zero_ddp":
+    if args.mode.startswith("torch_"):
         import torch.distributed as dist
         dist.destroy_process_group()
     else:
