@@ -82,10 +82,13 @@ def _storage_alloc(t):
             st.resize_(t.numel())
 
 
-def _in_backward():
+def _in_backward(ctx):
     """True while autograd runs a node on this thread: a forward run now is a
-    checkpoint's recomputation, whose saved tensors backward uses next."""
-    return _current_node is not None and _current_node() is not None
+    checkpoint's recomputation, whose saved tensors backward uses next. (PyTorch
+    1.x cannot say: there, while a backward pass of the tree is under way.)"""
+    if _current_node is None:
+        return ctx.pass_active
+    return _current_node() is not None
 
 
 def _in_discarded_recompute():
@@ -323,7 +326,7 @@ class _State:
         for p in self.params:
             for m, attr in p.owners:
                 m._parameters[attr] = p.shard
-        if self.reshard_after_forward and not _in_backward():
+        if self.reshard_after_forward and not _in_backward(self.ctx):
             # (A recomputation's gathered parameters stay: backward reads them next.)
             self.reshard()
         if torch.is_grad_enabled():
