@@ -7,6 +7,7 @@
 #include "horovodlite/torch/checkpoint.h"
 #include "horovodlite/torch/collectives.h"
 #include "horovodlite/torch/error.h"
+#include "horovodlite/torch/fully_shard.h"
 #include "horovodlite/torch/optimizer.h"
 #include "horovodlite/torch/tensor_util.h"
 #include "horovodlite/torch/zero.h"
