@@ -11,9 +11,15 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +44,26 @@ using ::torch::serialize::OutputArchive;
 namespace {
 
 constexpr char kWhat[] = "ZeroRedundancyOptimizer";
+constexpr std::chrono::milliseconds kBoundWait{200};
+
+// hvd::init() keeps freed memory for reuse (HOROVODLITE_KEEP_FREED_MEMORY:
+// glibc's malloc without mmap for large blocks and without trimming), which
+// keeps every block a step frees with the process: a sharded optimizer's saving
+// would stay in the heap (docs/sharding.md). So the optimizer gives glibc its
+// own policy back, unless that variable is set or the user tuned malloc, as
+// Python's hvd.zero.return_freed_memory() does.
+void return_freed_memory() {
+  if (std::getenv("HOROVODLITE_KEEP_FREED_MEMORY") != nullptr) return;
+  for (const char* v : {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"}) {
+    if (std::getenv(v) != nullptr) return;
+  }
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc") != nullptr) return;
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_MAX, 65536);
+  mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+#endif
+}
 constexpr char kShardedFormat[] = "horovodlite.ZeroRedundancyOptimizer.sharded/1";
 constexpr char kIndexFile[] = "index.json";
 constexpr char kTooManyPasses[] =
@@ -256,6 +282,7 @@ ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() {
 void ZeroRedundancyOptimizer::init(const ParamGroups& groups, const std::vector<std::string>& names,
                                    MakeOptimizer make) {
   const std::string what = kWhat;
+  return_freed_memory();
   check_argument(options_.stage == 1 || options_.stage == 2,
                  what + ": stage must be 1 or 2, got " + std::to_string(options_.stage) +
                      (options_.stage == 3 ? " (stage 3 is not built in C++ yet)" : ""));
@@ -464,8 +491,22 @@ void ZeroRedundancyOptimizer::on_gradient_ready(size_t s) {
   if (++sh.passes > options_.backward_passes_per_step) throw precondition(kTooManyPasses);
   if (sh.passes == options_.backward_passes_per_step && !sh.sent) {
     send(sh);
-    drain(options_.max_inflight_bytes);
+    // Bounded, but giving way: hooks may fire in another order on another
+    // rank, which may be waiting for a gradient this rank has not sent yet;
+    // after kBoundWait on the oldest reduction this hook goes on (as Python's
+    // _bound_inflight).
+    while (!inflight_.empty() && inflight_bytes_ > options_.max_inflight_bytes) {
+      if (!inflight_.front().handle.wait_for(kBoundWait)) break;
+      drain_oldest();
+    }
   }
+}
+
+void ZeroRedundancyOptimizer::drain_oldest() {
+  Pending p = std::move(inflight_.front());
+  inflight_.erase(inflight_.begin());
+  inflight_bytes_ -= p.bytes;
+  finish(p);
 }
 
 // Starts the reducescatter of the shard's gradient (zeros if it has none),

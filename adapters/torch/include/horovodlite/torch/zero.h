@@ -179,6 +179,7 @@ class ZeroRedundancyOptimizer {
   void send(Shard& shard);
   void finish(Pending& pending);
   void drain(int64_t limit_bytes);
+  void drain_oldest();  // finishes the oldest reduction in flight
   void gather_params();
   void replace_state(std::vector<std::pair<size_t, std::unique_ptr<::torch::optim::OptimizerParamState>>> states,
                      const std::vector<std::unique_ptr<::torch::optim::OptimizerOptions>>& options);
