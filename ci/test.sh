@@ -17,8 +17,8 @@ bash ci/install_deps.sh
 HVL_TORCH=pypi bash ci/setup_venv.sh
 bash ci/lint.sh
 WHICH="${HVL_TEST_TORCH:-both}"
-# The suites that depend on torch: LibTorch adapter, checkpointing, train, Python.
-TORCH_SUITES='^(torch_|distributed_optimizer_|broadcast_state_|checkpoint_dp_|train_save_resume|py_)'
+# The suites that depend on torch: LibTorch adapter, checkpointing, sharding, train, Python.
+TORCH_SUITES='^(torch_|distributed_optimizer_|broadcast_state_|checkpoint_dp_|train_save_resume|zero_|fully_shard_|py_)'
 t0=$(date +%s)
 if [ "$WHICH" != debian ]; then
   echo "== ci/test.sh: PyTorch from PyPI (HVL_TORCH=pypi): whole suite"
