@@ -15,6 +15,7 @@
 #include "horovodlite/torch/basics.h"
 #include "horovodlite/torch/collectives.h"
 #include "horovodlite/torch/error.h"
+#include "shard_layout.h"
 
 namespace horovodlite {
 namespace torch {
@@ -36,17 +37,8 @@ std::set<const void*> managed;
 // One lock for every unit: a unit's hooks issue other units' gathers.
 std::recursive_mutex mu;
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out;
-}
-
-std::string shape_text(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
+using shard_layout::ranks_text;
+using shard_layout::shape_text;
 
 // Frees a storage's bytes, keeping the StorageImpl (and so every view of it).
 void storage_free(const at::Tensor& t) {
@@ -233,59 +225,9 @@ void FullyShardedModule::check_layout(const std::vector<std::pair<std::string, a
     std::replace(name.begin(), name.end(), '\t', ' ');
     mine += sig + "\t" + name + "\n";
   }
-  const ProcessSet& ps = options_.process_set;
-  at::Tensor lengths =
-      allgather(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong), prefix_ + ".layout.size", ps);
-  at::Tensor bytes = at::empty({static_cast<int64_t>(mine.size())}, at::kByte);
-  if (!mine.empty()) std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
-  at::Tensor all = allgather(bytes, prefix_ + ".layout.data", ps);
-
-  std::vector<std::vector<std::pair<std::string, std::string>>> sigs(n_);
-  const char* data = static_cast<const char*>(all.data_ptr());
-  int64_t offset = 0;
-  for (int r = 0; r < n_; ++r) {
-    const int64_t len = lengths[r].item<int64_t>();
-    std::istringstream text(std::string(data + offset, static_cast<size_t>(len)));
-    offset += len;
-    std::string line;
-    while (std::getline(text, line)) {
-      const size_t tab = line.find('\t');
-      sigs[r].emplace_back(line.substr(0, tab), tab == std::string::npos ? "" : line.substr(tab + 1));
-    }
-  }
+  const shard_layout::Signatures sigs = shard_layout::gather(kWhat, mine, prefix_, options_.process_set, set_ranks_);
   const std::string what = kWhat;
-  auto param_text = [&](size_t i) {
-    const std::string& name = sigs[0][i].second;  // set rank 0's name: the same text on every rank
-    return "parameter " + std::to_string(i) + (name.empty() ? "" : " ('" + name + "')");
-  };
-  std::map<size_t, std::vector<int>> counts;
-  for (int r = 0; r < n_; ++r) counts[sigs[r].size()].push_back(set_ranks_[r]);
-  if (counts.size() > 1) {
-    std::string msg = what + ": ranks hold different numbers of parameters: ";
-    bool first = true;
-    for (const auto& c : counts) {
-      msg += (first ? "" : "; ") + std::to_string(c.first) + " on " + ranks_text(c.second);
-      first = false;
-    }
-    throw HorovodError(StatusCode::kInvalidArgument, msg);
-  }
-  for (size_t i = 0; i < sigs[0].size(); ++i) {
-    std::vector<std::pair<std::string, std::vector<int>>> seen;  // in the order of the ranks
-    for (int r = 0; r < n_; ++r) {
-      auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first == sigs[r][i].first; });
-      if (it == seen.end()) {
-        seen.emplace_back(sigs[r][i].first, std::vector<int>{set_ranks_[r]});
-      } else {
-        it->second.push_back(set_ranks_[r]);
-      }
-    }
-    if (seen.size() > 1) {
-      std::string msg = what + ": " + param_text(i) + " differs across ranks: ";
-      for (size_t k = 0; k < seen.size(); ++k)
-        msg += (k ? "; " : "") + seen[k].first + " on " + ranks_text(seen[k].second);
-      throw HorovodError(StatusCode::kInvalidArgument, msg);
-    }
-  }
+  auto param_text = [&](size_t i) { return shard_layout::param_text(sigs, i); };
   for (size_t i = 0; i < sigs[0].size(); ++i) {
     const std::string& s = sigs[0][i].first;
     const std::string on = " (on " + ranks_text(set_ranks_) + ")";
