@@ -53,11 +53,10 @@ from horovodlite.torch.mpi_ops import (
     Sum,
     allgather,
     allgather_async,
-    allreduce,
     reducescatter_async,
     synchronize,
 )
-from horovodlite.torch.zero import _BOUND_WAIT_S, _describe, _layout_error, return_freed_memory
+from horovodlite.torch.zero import _BOUND_WAIT_S, _describe, _layout_error, clip_sharded_grads, return_freed_memory
 
 _current_node = getattr(torch._C, "_current_autograd_node", None)
 _instances = {}  # process set id -> fully_shard calls: names their collectives alike on every rank
@@ -524,17 +523,4 @@ def clip_grad_norm_(module, max_norm, norm_type=2.0):
     grads = [prm.grad for prm in module.parameters() if prm.grad is not None]
     sets = {p.state.process_set for p in shards.values()}
     process_set = sets.pop() if len(sets) == 1 else global_process_set
-    norm_type = float(norm_type)
-    if norm_type == float("inf"):
-        from horovodlite.torch.mpi_ops import Max
-        local = max([float(g.abs().max()) for g in grads] + [0.0])
-        total = float(allreduce(torch.tensor([local]), name="fully_shard.norm", op=Max, process_set=process_set))
-    else:
-        local = sum(float(g.float().norm(norm_type)) ** norm_type for g in grads)
-        total = float(allreduce(torch.tensor([local], dtype=torch.float64), name="fully_shard.norm", op=Sum,
-                                process_set=process_set)) ** (1.0 / norm_type)
-    coef = float(max_norm) / (total + 1e-6)
-    if coef < 1.0:
-        for g in grads:
-            g.mul_(coef)
-    return torch.tensor(total)
+    return clip_sharded_grads(grads, max_norm, norm_type, "fully_shard.norm", process_set)

@@ -171,6 +171,27 @@ def _sig_text(s):
     return "shape %s %s" % (list(s[0]), s[1])
 
 
+def clip_sharded_grads(grads, max_norm, norm_type, name, process_set, device=None):
+    """Scales this rank's shard gradients ``grads`` so that their norm over
+    every rank of ``process_set`` (one allreduce named ``name``) is at most
+    ``max_norm``; returns that norm. ZeroRedundancyOptimizer.clip_grad_norm_
+    and hvd.fsdp.clip_grad_norm_."""
+    norm_type = float(norm_type)
+    device = grads[0].device if grads else (device or torch.device("cpu"))
+    if norm_type == float("inf"):
+        local = torch.stack([g.abs().max() for g in grads]).max().float() if grads \
+            else torch.zeros((), device=device)
+        total = allreduce(local.reshape(1), name=name, op=Max, process_set=process_set)[0]
+    else:
+        local = sum((g.float().norm(norm_type) ** norm_type for g in grads), torch.zeros((), device=device))
+        total = allreduce(local.reshape(1), name=name, op=Sum, process_set=process_set)[0] ** (1.0 / norm_type)
+    coef = float(max_norm) / (float(total) + 1e-6)
+    if coef < 1.0:
+        for g in grads:
+            g.mul_(coef)
+    return total
+
+
 class ZeroRedundancyOptimizer(torch.optim.Optimizer):
     """Shards ``optimizer_class``'s state (and, at stage 2, the gradients)
     across the ranks of ``process_set``; torch's ZeroRedundancyOptimizer API.
@@ -395,26 +416,10 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         clip_grad_norm_); returns the total norm. Call after backward and
         before step()."""
         self.synchronize()
-        norm_type = float(norm_type)
         grads = [sh.local.grad for sh in self._shards if sh.local.grad is not None]
-        if grads:
-            device = grads[0].device
-        else:
-            device = self._shards[0].local.device if self._shards else torch.device("cpu")
-        if norm_type == float("inf"):
-            local = torch.stack([g.abs().max() for g in grads]).max().float() if grads \
-                else torch.zeros((), device=device)
-            total = allreduce(local.reshape(1), name="ZeroRedundancyOptimizer.%s.norm" % self._id,
-                              op=Max, process_set=self.process_set)[0]
-        else:
-            local = sum((g.float().norm(norm_type) ** norm_type for g in grads), torch.zeros((), device=device))
-            total = allreduce(local.reshape(1), name="ZeroRedundancyOptimizer.%s.norm" % self._id,
-                              op=Sum, process_set=self.process_set)[0] ** (1.0 / norm_type)
-        coef = float(max_norm) / (float(total) + 1e-6)
-        if coef < 1.0:
-            for g in grads:
-                g.mul_(coef)
-        return total
+        device = self._shards[0].local.device if self._shards else torch.device("cpu")
+        return clip_sharded_grads(grads, max_norm, norm_type, "ZeroRedundancyOptimizer.%s.norm" % self._id,
+                                  self.process_set, device)
 
     # -------------------------------------------------------------- step ----
 
