@@ -131,6 +131,34 @@ Status read_transport_name(const char* name, Config::Transport* out, bool* set, 
   return Status::OK();
 }
 
+// Never a silent world of one: a process that another launcher started as one
+// of several (torchrun, Slurm's srun) and that no horovodlite launcher or
+// mpirun placed. Python's init() joins those worlds itself
+// (python/horovodlite/common/launchers.py) and sets the Gloo-launch contract's
+// variables before the core reads them; a C++ program does not.
+Status refuse_launcher_world() {
+  const char* forced = std::getenv("HOROVODLITE_LAUNCHER");
+  if (forced != nullptr && std::string(forced) == "single") return Status::OK();
+  auto value = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v == nullptr ? "" : v;
+  };
+  auto many = [](const std::string& v) { return !v.empty() && std::strtoll(v.c_str(), nullptr, 10) > 1; };
+  std::string seen;
+  if (many(value("WORLD_SIZE"))) {
+    seen = "torchrun's WORLD_SIZE=" + value("WORLD_SIZE") + " RANK=" + value("RANK");
+  } else if (!value("SLURM_STEP_ID").empty() &&
+             many(value("SLURM_STEP_NUM_TASKS").empty() ? value("SLURM_NTASKS") : value("SLURM_STEP_NUM_TASKS"))) {
+    seen = "Slurm's srun step (SLURM_PROCID=" + value("SLURM_PROCID") + " SLURM_NTASKS=" + value("SLURM_NTASKS") + ")";
+  } else {
+    return Status::OK();
+  }
+  return Status::Precondition(
+      "init: this process is one of several started by " + seen +
+      ", which a C++ program does not join by itself: start it with horovodlite-run (--gloo for no MPI) or mpirun, "
+      "or from Python (import horovodlite.torch), or set HOROVODLITE_LAUNCHER=single for a world of one");
+}
+
 Status read_transport(Config* c) {
   Config::Transport controller = Config::Transport::kMpi, cpu_ops = Config::Transport::kMpi;
   bool controller_set = false, cpu_ops_set = false;
@@ -153,7 +181,10 @@ Status read_transport(Config* c) {
     c->transport = lookup("GLOO_RENDEZVOUS_ADDR", &var) != nullptr && !under_mpirun ? Config::Transport::kGloo
                                                                                     : Config::Transport::kMpi;
   }
-  if (c->transport != Config::Transport::kGloo) return Status::OK();
+  if (c->transport != Config::Transport::kGloo) {
+    if (controller_set || cpu_ops_set || under_mpirun) return Status::OK();
+    return refuse_launcher_world();
+  }
   Config::GlooJob& g = c->gloo;
   const int64_t kMaxRanks = 1 << 24;
   HVL_RETURN_IF_ERROR(read_int("SIZE", 1, kMaxRanks, &g.size));

@@ -6,6 +6,7 @@ import warnings
 
 import torch  # noqa: F401  (loads libtorch before the extension module)
 
+from horovodlite.common import launchers as _launchers
 from horovodlite.common import process_sets as _process_sets
 from horovodlite.common.process_sets import ProcessSet, _init_process_sets, _resolve_comm_ranks
 from horovodlite.torch import _C
@@ -55,9 +56,17 @@ def init(comm=None, process_sets=None):
         _register_shutdown_at_exit()
         return
     if comm is None or (isinstance(comm, (list, tuple)) and len(comm) == 0):
-        if any(ps.ranks is None for ps in sets):
-            _resolve_comm_ranks(sets, _mpi4py("None").COMM_WORLD)
-        _C.init_with(0, [ps.ranks for ps in sets])
+        launch = _launchers.prepare()
+        try:
+            if any(ps.ranks is None for ps in sets):
+                if launch.kind in _launchers.JOINED:
+                    raise ValueError("horovodlite.init(): process sets from mpi4py communicators need an MPI job; "
+                                     "this one was started by %s: give the sets' ranks" % launch.kind)
+                _resolve_comm_ranks(sets, _mpi4py("None").COMM_WORLD)
+            _C.init_with(0, [ps.ranks for ps in sets])
+        except BaseException:
+            _launchers.leave()
+            raise
     else:
         _init_comm(comm, sets)
     _init_process_sets(sets)
@@ -135,7 +144,10 @@ def _register_shutdown_at_exit():
 def shutdown():
     """Stops horovodlite on every rank (collective). Operations still in flight
     fail with HorovodInternalError. init() may be called again afterwards."""
-    _C.shutdown()
+    try:
+        _C.shutdown()
+    finally:
+        _launchers.leave()
 
 
 def is_initialized():
