@@ -11,6 +11,7 @@ PACKAGES=(
   python3-dev python3-pip python3-venv pybind11-dev python3-pytest python3-numpy python3-matplotlib
   python3-mpi4py iproute2 clang-format
   python3-sklearn libgloo-dev openjdk-17-jre-headless
+  slurm-wlm munge
 )
 
 missing=()
