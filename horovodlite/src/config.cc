@@ -4,10 +4,12 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <random>
 #include <string>
 
 #include "thread_affinity.h"
 #include "transport/auth.h"
+#include "transport/world.h"
 
 namespace horovodlite {
 
@@ -183,7 +185,18 @@ Status read_transport(Config* c) {
   }
   if (c->transport != Config::Transport::kGloo) {
     if (controller_set || cpu_ops_set || under_mpirun) return Status::OK();
-    return refuse_launcher_world();
+    HVL_RETURN_IF_ERROR(refuse_launcher_world());
+    // A world of one inside an srun step (srun -n 1, or HOROVODLITE_LAUNCHER=single):
+    // an Open MPI without Slurm's PMI aborts in MPI_Init when it sees the step.
+    // Gloo with one rank needs no launcher: an in-process store, a fresh secret.
+    if (std::getenv("SLURM_STEP_ID") == nullptr || !transport::gloo_transport_built()) return Status::OK();
+    c->transport = Config::Transport::kGloo;
+    c->gloo.rank = 0;
+    c->gloo.size = 1;
+    std::random_device random;
+    c->gloo.secret.resize(32);
+    for (auto& ch : c->gloo.secret) ch = static_cast<char>(random() & 0xff);
+    return Status::OK();
   }
   Config::GlooJob& g = c->gloo;
   const int64_t kMaxRanks = 1 << 24;

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/address.h>
@@ -552,6 +553,10 @@ Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
   options.single_copy = g.shm_single_copy;
   options.direct_tcp = g.direct_tcp;
   options.secret = g.secret;
+  if (g.size == 1 && g.rendezvous_addr.empty()) {
+    // A world of one that no launcher placed (config.cc): nobody to meet.
+    return connect_gloo(options, std::make_shared<gloo::rendezvous::HashStore>(), out);
+  }
   return connect_gloo_http(options, g.rendezvous_addr, static_cast<int>(g.rendezvous_port), g.scope, out);
 }
 

@@ -123,7 +123,8 @@ def detect(environ=None, dist_world=None):
     torchrun_vars = [v for v in ("RANK", "WORLD_SIZE") if environ.get(v) not in (None, "")]
     if wanted("torchrun") and (torchrun_vars or forced == "torchrun"):
         return _torchrun(environ, torchrun_vars, dist_world)
-    if wanted("slurm") and ("SLURM_PROCID" in environ or forced == "slurm"):
+    # SLURM_NTASKS alone: salloc's shell or sbatch's script, one process of an allocation for several.
+    if wanted("slurm") and ("SLURM_PROCID" in environ or environ.get("SLURM_NTASKS") or forced == "slurm"):
         launch = _slurm(environ)
         if launch is not None:
             return launch
@@ -178,6 +179,9 @@ def _slurm(environ):
         raise LaunchError("horovodlite.init(): %s=%d but this process is not a task of an srun step (no "
                           "SLURM_STEP_ID): start it with srun -n %d, or set HOROVODLITE_LAUNCHER=single for a "
                           "world of one" % (ntasks_var, size, size))
+    if not environ.get("SLURM_PROCID"):
+        raise LaunchError("horovodlite.init(): SLURM_STEP_ID is set but SLURM_PROCID is not: not a task of an srun "
+                          "step")
     rank = _int(environ, "SLURM_PROCID")
     if rank >= size:
         raise LaunchError("horovodlite.init(): SLURM_PROCID=%d is not below %s=%d" % (rank, ntasks_var, size))

@@ -51,6 +51,7 @@ def test_torchrun_fields():
     ({"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR and MASTER_PORT not"),
     ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, "MASTER_PORT not"),
     ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, "SLURM_NTASKS=2 but this process is not a task of an srun step"),
+    ({"SLURM_NTASKS": "2", "SLURM_JOB_ID": "5"}, "SLURM_NTASKS=2 but this process is not a task"),  # salloc's shell
     ({"SLURM_PROCID": "2", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_NODELIST": "a"}, "SLURM_PROCID=2"),
     ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}, "nowhere to meet"),
 ])

@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 from conftest import WORKER, check_training, clean_env, free_port, read_ranks, run
-
 from horovodlite.runner import hosts
 
 

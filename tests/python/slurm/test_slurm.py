@@ -33,11 +33,10 @@ def test_srun_trains(slurm, tmp_path, np):
         assert (res["size"], res["local_size"], res["cross_rank"], res["cross_size"]) == (np, np, 0, 1)
 
 
-# Known to fail with the MPI backend: the world of one starts MPI (singleton
-# MPI_Init), and Open MPI 4.1, seeing SLURM_STEP_ID, takes the task for one
-# that srun launched directly and aborts, since srun gives it no PMI here
-# (MpiDefault=none, Slurm's default; srun --mpi=pmix works). Only that abort
-# is an expected failure: anything else fails, and a fix makes it pass.
+# A world of one inside a step must not start MPI: Open MPI 4.1, seeing
+# SLURM_STEP_ID, takes the task for one that srun launched directly and aborts
+# in MPI_Init, since srun gives it no PMI here (MpiDefault=none, Slurm's
+# default). The core runs such a world on Gloo with one rank (config.cc).
 OMPI_NO_PMI = "OMPI was not built with SLURM's PMI support"
 
 
@@ -47,9 +46,7 @@ def test_world_of_one_inside_a_step(slurm, np, launcher):
     of two (what the refusals suggest): every task a world of one."""
     extra = {"HOROVODLITE_LAUNCHER": launcher} if launcher else {}
     p = run(["srun", "-n", str(np), PYTHON, "-c", INIT], slurm.env(clean_env(**extra)), timeout=60, check=False)
-    if p.returncode != 0 and OMPI_NO_PMI in p.stdout:
-        pytest.xfail("a world of one inside an srun step calls MPI_Init, which Open MPI aborts without Slurm's PMI "
-                     "(srun --mpi=none)")
+    assert OMPI_NO_PMI not in p.stdout, p.stdout[-4000:]
     assert p.returncode == 0, p.stdout[-4000:]
     assert p.stdout.count("size 1") == np, p.stdout[-4000:]
 
