@@ -13,7 +13,7 @@ HVL_TORCH_VERSION="${HVL_TORCH_VERSION:-2.13.0}"
 if [ "${HVL_VENV_FOR:-tests}" = main ]; then
   EXTRA=()
 else
-  EXTRA=(numpy pytest pybind11 setuptools wheel mpi4py ruff pyspark cloudpickle ray)
+  EXTRA=(numpy pytest pybind11 setuptools wheel mpi4py ruff pyspark cloudpickle ray lightning)
 fi
 PACKAGES=("torch==$HVL_TORCH_VERSION" "${EXTRA[@]}")
 BASE_PYTHON="${HVL_BASE_PYTHON:-python3}"
