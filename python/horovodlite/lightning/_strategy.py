@@ -138,9 +138,9 @@ def _mark_steps_for_schedulers(optimizer):
 def _bind_to_optimizer(lightning_optimizer):
     """Lightning's LightningOptimizer subclasses its optimizer's class, so a
     DistributedOptimizer's methods called on it (opt.zero_grad() in manual
-    optimization) would run with the LightningOptimizer as self: their
-    super(self.__class__, self) calls would loop, and what they set would land
-    on the wrapper. Its instance gets them bound to the DistributedOptimizer."""
+    optimization) would run with the LightningOptimizer as self, and what they
+    set (the pending handles, the pass counts) would land on the wrapper. Its
+    instance gets them bound to the DistributedOptimizer."""
     optimizer = lightning_optimizer.optimizer
     own = vars(type(lightning_optimizer).__bases__[0])  # LightningOptimizer's members
     for name, member in vars(type(optimizer)).items():

@@ -53,7 +53,7 @@ _BATCH_BYTES = 1 << 20
 
 class _DistributedAdasumOptimizer(_HorovodOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
-        super(self.__class__, self).__init__(params)
+        super(self._hvl_made, self).__init__(params)
         self._compression = compression
         named_parameters = self._set_named_parameters(named_parameters, backward_passes_per_step)
         self._handles = {}              # parameter -> (handle, compression ctx), or (None, None) until sent
@@ -71,7 +71,7 @@ class _DistributedAdasumOptimizer(_HorovodOptimizer):
         try:
             for group in self.param_groups:
                 group["params"] = [v for v in group["params"] if id(v) in ids]
-            super(self.__class__, self).step()
+            super(self._hvl_made, self).step()
         finally:
             for group, params in zip(self.param_groups, stashed):
                 group["params"] = params
@@ -121,7 +121,7 @@ class _DistributedAdasumOptimizer(_HorovodOptimizer):
 
     def step(self, closure=None):
         if size() == 1:
-            return super(self.__class__, self).step(closure)
+            return super(self._hvl_made, self).step(closure)
         loss = None
         if closure is not None:
             with torch.enable_grad():

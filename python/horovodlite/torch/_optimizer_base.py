@@ -5,8 +5,10 @@ step and zero_grad's guard.
 
 As in Horovod, DistributedOptimizer(opt) returns an instance of a class made
 for ``opt``'s class: a direct subclass of it whose members are those of the
-form's class and of this base (wrap()). So ``super(self.__class__, self)`` in
-these methods is the wrapped optimizer's class.
+form's class and of this base (wrap()). So ``super(self._hvl_made, self)`` in
+these methods is the wrapped optimizer's class, also in an instance of a
+subclass of the made class (Lightning wraps optimizers that way): never
+``super(self._hvl_made, self)``, which recurses there.
 """
 
 import torch
@@ -27,6 +29,7 @@ def wrap(optimizer, form, *args):
     members.pop("__dict__", None)
     members.pop("__weakref__", None)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), members)
+    cls._hvl_made = cls
     return cls(optimizer.param_groups, *args)
 
 
@@ -95,11 +98,11 @@ class _HorovodOptimizer(torch.optim.Optimizer):
     def _step_locally(self, closure=None):
         """The wrapped optimizer's step, without allreducing (for initialising
         state on one rank, e.g. by broadcast_optimizer_state)."""
-        return super(self.__class__, self).step(closure)
+        return super(self._hvl_made, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
                                  "cause a race condition.")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
+        return super(self._hvl_made, self).zero_grad(*args, **kwargs)

@@ -72,7 +72,7 @@ class _DistributedOptimizer(_HorovodOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
                  process_set=global_process_set):
-        super(self.__class__, self).__init__(params)
+        super(self._hvl_made, self).__init__(params)
         self._compression = compression
         self._set_named_parameters(named_parameters, backward_passes_per_step)
         self.op = op
@@ -117,7 +117,7 @@ class _DistributedOptimizer(_HorovodOptimizer):
         self._new_step()
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
-        super(self.__class__, self).load_state_dict(*args, **kwargs)
+        super(self._hvl_made, self).load_state_dict(*args, **kwargs)
 
     def _register_hooks(self):
         if self._groups is not None:
@@ -336,7 +336,7 @@ class _DistributedOptimizer(_HorovodOptimizer):
                               "optimizer.synchronize() in your code.", stacklevel=2)
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        return super(self._hvl_made, self).step(closure)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,

@@ -287,3 +287,33 @@ def test_bad_arguments():
     with pytest.raises(ValueError):  # Adasum: no predivide (test_adasum.py has the rest)
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum,
                                  gradient_predivide_factor=2.0)
+
+
+@pytest.mark.parametrize("adasum", [False, True], ids=["allreduce", "adasum"])
+def test_subclass_of_the_distributed_optimizer(adasum, size, rank):
+    """A subclass of the class DistributedOptimizer makes, sharing its instance's
+    state (Lightning's LightningOptimizer): every method reaches the wrapped
+    optimizer's class once, no recursion."""
+    if adasum and (size & (size - 1)) != 0:
+        pytest.skip("Adasum needs a power-of-two size")
+    model = _mlp()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(prefix="subclass%d" % adasum),
+                                   op=hvd.Adasum if adasum else hvd.Average)
+
+    class Wrapper(type(opt)):
+        def __init__(self, inner):
+            self.__dict__ = inner.__dict__
+
+    wrapped = Wrapper(opt)
+    x, y = _data(1, 1, size)
+    before = [p.detach().clone() for p in model.parameters()]
+    torch.nn.functional.mse_loss(model(x[0, 0]), y[0, 0]).backward()
+    wrapped.step()
+    wrapped.zero_grad()
+    wrapped.load_state_dict(opt.state_dict())
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    gathered = hvd.allgather_object([p.detach() for p in model.parameters()])
+    for theirs in gathered:
+        for a, b in zip(theirs, model.parameters()):
+            assert torch.equal(a, b)
