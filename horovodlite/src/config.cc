@@ -133,14 +133,15 @@ Status read_transport_name(const char* name, Config::Transport* out, bool* set, 
   return Status::OK();
 }
 
-// Never a silent world of one: a process that another launcher started as one
-// of several (torchrun, Slurm's srun) and that no horovodlite launcher or
-// mpirun placed. Python's init() joins those worlds itself
-// (python/horovodlite/common/launchers.py) and sets the Gloo-launch contract's
-// variables before the core reads them; a C++ program does not.
-Status refuse_launcher_world() {
+// Never a silent world of one: why a process that another launcher started as
+// one of several (torchrun, Slurm's srun) and that no horovodlite launcher or
+// mpirun placed cannot join ("" when it is not one). Python's init() joins
+// those worlds itself (python/horovodlite/common/launchers.py) and sets the
+// Gloo-launch contract's variables before the core reads them; the LibTorch
+// adapter's init() gives the core a store's world (InitOptions::store).
+std::string launcher_refusal() {
   const char* forced = std::getenv("HOROVODLITE_LAUNCHER");
-  if (forced != nullptr && std::string(forced) == "single") return Status::OK();
+  if (forced != nullptr && std::string(forced) == "single") return "";
   auto value = [](const char* name) -> std::string {
     const char* v = std::getenv(name);
     return v == nullptr ? "" : v;
@@ -153,12 +154,12 @@ Status refuse_launcher_world() {
              many(value("SLURM_STEP_NUM_TASKS").empty() ? value("SLURM_NTASKS") : value("SLURM_STEP_NUM_TASKS"))) {
     seen = "Slurm's srun step (SLURM_PROCID=" + value("SLURM_PROCID") + " SLURM_NTASKS=" + value("SLURM_NTASKS") + ")";
   } else {
-    return Status::OK();
+    return "";
   }
-  return Status::Precondition(
-      "init: this process is one of several started by " + seen +
-      ", which a C++ program does not join by itself: start it with horovodlite-run (--gloo for no MPI) or mpirun, "
-      "or from Python (import horovodlite.torch), or set HOROVODLITE_LAUNCHER=single for a world of one");
+  return "init: this process is one of several started by " + seen +
+         ", which a C++ program of the core alone does not join: start it with horovodlite-run (--gloo for no "
+         "MPI) or mpirun, or use the LibTorch adapter's or Python's init(), which join it, or set "
+         "HOROVODLITE_LAUNCHER=single for a world of one";
 }
 
 Status read_transport(Config* c) {
@@ -185,7 +186,8 @@ Status read_transport(Config* c) {
   }
   if (c->transport != Config::Transport::kGloo) {
     if (controller_set || cpu_ops_set || under_mpirun) return Status::OK();
-    HVL_RETURN_IF_ERROR(refuse_launcher_world());
+    c->launcher_refusal = launcher_refusal();
+    if (!c->launcher_refusal.empty()) return Status::OK();  // init() refuses unless given a store's world
     // A world of one inside an srun step (srun -n 1, or HOROVODLITE_LAUNCHER=single):
     // an Open MPI without Slurm's PMI aborts in MPI_Init when it sees the step.
     // Gloo with one rank needs no launcher: an in-process store, a fresh secret.

@@ -56,6 +56,24 @@ Status Runtime::start(const InitOptions& options, std::shared_ptr<Runtime>* out)
 }
 
 Status Runtime::join_world(const InitOptions& options) {
+  if (options.store) {
+    if (options.mpi_comm != nullptr) {
+      return Status::InvalidArgument("init: InitOptions::store and InitOptions::mpi_comm both given: one world");
+    }
+    if (options.store_size < 1 || options.store_rank < 0 || options.store_rank >= options.store_size) {
+      return Status::InvalidArgument("init: InitOptions::store_rank " + std::to_string(options.store_rank) +
+                                     " of store_size " + std::to_string(options.store_size));
+    }
+    Config::GlooJob& g = config_.gloo;
+    config_.transport = Config::Transport::kGloo;
+    g.rank = options.store_rank;
+    g.size = options.store_size;
+    g.hostname = options.store_node;
+    g.secret = options.store_secret;
+    g.store = options.store;
+  } else if (!config_.launcher_refusal.empty()) {
+    return Status::Precondition(config_.launcher_refusal);
+  }
   if (config_.transport != Config::Transport::kGloo) return world_.init_mpi(options.mpi_comm);
   // A job without MPI: the world comes from the launcher's rendezvous store.
   if (options.mpi_comm != nullptr) {

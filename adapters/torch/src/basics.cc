@@ -2,6 +2,7 @@
 
 #include "horovodlite/horovodlite.h"
 #include "horovodlite/torch/error.h"
+#include "launchers.h"
 
 namespace horovodlite {
 namespace torch {
@@ -17,7 +18,12 @@ int checked(int value, const char* what) {
 
 }  // namespace
 
-void init() { throw_if_error(horovodlite::init()); }
+void init() {
+  if (horovodlite::is_initialized()) return;
+  InitOptions options;
+  launchers::join(&options);  // torchrun's or Slurm's world, when the environment names one
+  throw_if_error(horovodlite::init(options));
+}
 void shutdown() { throw_if_error(horovodlite::shutdown()); }
 bool is_initialized() { return horovodlite::is_initialized(); }
 

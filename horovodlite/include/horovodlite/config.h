@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "horovodlite/common.h"
+#include "horovodlite/rendezvous.h"
 
 namespace horovodlite {
 
@@ -174,7 +176,13 @@ struct Config {
     // connections of our own, eager sends (transport/gloo_tcp_direct.h);
     // "gloo": over Gloo's TCP pairs.
     bool direct_tcp = true;
+    // Where the ranks meet instead of the rendezvous server (InitOptions::store).
+    std::shared_ptr<RendezvousStore> store;
   } gloo;
+  // Set when another launcher started this process as one of several and no
+  // horovodlite launcher or mpirun placed it: init() fails with it unless
+  // InitOptions::store gives the world.
+  std::string launcher_refusal;
 
   static Status from_env(Config* out);
 };

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "horovodlite/config.h"
 #include "horovodlite/handle.h"
 #include "horovodlite/process_set.h"
+#include "horovodlite/rendezvous.h"
 #include "horovodlite/tensor.h"
 #include "horovodlite/version.h"
 
@@ -29,6 +31,15 @@ struct InitOptions {
   // lists, in the same order): ranks of the global set. They get ids 1, 2, ...
   // in this order. No HOROVODLITE_DYNAMIC_PROCESS_SETS needed.
   std::vector<std::vector<int>> process_sets;
+  // A Gloo world whose ranks meet in `store` (every rank passes its own view of
+  // one store): this process is rank `store_rank` of `store_size`, on the node
+  // named `store_node` (ranks of one node share memory; empty: this host's
+  // name), with the job's `store_secret` (raw bytes, the same on every rank).
+  // Instead of the environment's launcher; the LibTorch adapter's init() fills
+  // these under torchrun and Slurm.
+  std::shared_ptr<RendezvousStore> store;
+  int store_rank = -1, store_size = -1;
+  std::string store_node, store_secret;
 };
 
 // Initialises MPI if the program has not (then finalizes it at process exit,

@@ -407,6 +407,36 @@ class HttpGlooStore : public gloo::rendezvous::Store {
   HttpStoreClient client_;
 };
 
+// InitOptions::store as Gloo's store: a launcher's store that the LibTorch
+// adapter gives (torchrun's, Slurm's through torch's TCPStore).
+class ExternalGlooStore : public gloo::rendezvous::Store {
+ public:
+  ExternalGlooStore(std::shared_ptr<RendezvousStore> store, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const Status s = store_->set(key, data);
+    if (!s.ok()) throw std::runtime_error(s.message());
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::vector<char> value;
+    const Status s = store_->get(key, timeout_, &value);
+    if (!s.ok()) throw std::runtime_error(s.message());
+    return value;
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    std::vector<char> value;
+    for (const std::string& k : keys) {
+      const Status s = store_->get(k, timeout, &value);
+      if (!s.ok()) throw std::runtime_error(s.message());
+    }
+  }
+
+ private:
+  std::shared_ptr<RendezvousStore> store_;
+  std::chrono::milliseconds timeout_;
+};
+
 // Whether `name` resolves here (Gloo 0.5's device set-up crashes on a name
 // that does not, instead of throwing).
 bool resolves(const std::string& name) {
@@ -553,6 +583,7 @@ Status connect_gloo_from_config(const Config& config, ContextPtr* out) {
   options.single_copy = g.shm_single_copy;
   options.direct_tcp = g.direct_tcp;
   options.secret = g.secret;
+  if (g.store) return connect_gloo(options, std::make_shared<ExternalGlooStore>(g.store, options.timeout), out);
   if (g.size == 1 && g.rendezvous_addr.empty()) {
     // A world of one that no launcher placed (config.cc): nobody to meet.
     return connect_gloo(options, std::make_shared<gloo::rendezvous::HashStore>(), out);

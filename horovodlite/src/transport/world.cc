@@ -58,9 +58,11 @@ Status connect_world(const Config& config, ContextPtr* out) {
   connect(&config, out, &s);
   if (s.ok()) return s;
   const Config::GlooJob& g = config.gloo;
+  const std::string where = g.store ? "its launcher's store"
+                                    : "the rendezvous at " + g.rendezvous_addr + ":" +
+                                          std::to_string(g.rendezvous_port) + " (scope '" + g.scope + "')";
   return Status(s.code(), "init (gloo): rank " + std::to_string(g.rank) + " of " + std::to_string(g.size) +
-                              " could not join the job through the rendezvous at " + g.rendezvous_addr + ":" +
-                              std::to_string(g.rendezvous_port) + " (scope '" + g.scope + "') within " +
+                              " could not join the job through " + where + " within " +
                               std::to_string(static_cast<int>(g.timeout_s)) +
                               " s (HOROVOD_GLOO_TIMEOUT_SECONDS): " + s.message());
 }

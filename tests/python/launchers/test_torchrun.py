@@ -132,10 +132,25 @@ def test_two_processes_claiming_one_rank():
 
 
 @pytest.mark.skipif(not os.environ.get("HVL_TRAIN_BIN"), reason="HVL_TRAIN_BIN (the C++ train example) not given")
-def test_cpp_program_refuses_a_silent_world_of_one():
+def test_cpp_train_under_torchrun():
+    """A LibTorch program joins torchrun's world itself (adapters/torch/src/launchers.cc)."""
+    p = run(TORCHRUN + ["--standalone", "--nproc_per_node", "2", "--no_python", os.environ["HVL_TRAIN_BIN"],
+                        "--epochs", "1"], clean_env())
+    assert "train: 2 ranks" in p.stdout and "weights identical on all 2 ranks: yes" in p.stdout, p.stdout[-4000:]
+
+
+@pytest.mark.skipif(not os.environ.get("HVL_TRAIN_BIN"), reason="HVL_TRAIN_BIN (the C++ train example) not given")
+def test_cpp_half_set_environment_fails_naming_the_variables():
     p = run([os.environ["HVL_TRAIN_BIN"], "--epochs", "1"], clean_env(RANK="0", WORLD_SIZE="2"), check=False)
     assert p.returncode != 0
-    assert "one of several started by torchrun's WORLD_SIZE=2 RANK=0" in p.stdout
+    assert "torchrun's variables (RANK=0 WORLD_SIZE=2) set but MASTER_ADDR not" in p.stdout, p.stdout[-3000:]
+
+
+@pytest.mark.skipif(not os.environ.get("HVL_CORE_BIN"), reason="HVL_CORE_BIN (a program of the core alone) not given")
+def test_core_program_refuses_a_silent_world_of_one():
+    p = run([os.environ["HVL_CORE_BIN"]], clean_env(RANK="0", WORLD_SIZE="2"), check=False)
+    assert p.returncode != 0
+    assert "one of several started by torchrun's WORLD_SIZE=2 RANK=0" in p.stdout, p.stdout[-3000:]
 
 
 def test_torchrun_is_on_path_as_users_run_it():

@@ -67,12 +67,23 @@ def test_batch_script_outside_a_step_fails_with_the_reason(slurm, tmp_path):
     assert took < 60, "sbatch took %.1f s" % took
 
 
-def test_cpp_train_under_srun_is_refused(slurm, tmp_path):
+def test_cpp_train_under_srun(slurm, tmp_path):
+    """The LibTorch example joins the step's world itself (adapters/torch/src/launchers.cc)."""
     train = os.environ.get("HVL_TRAIN_BIN")
     if not train:
         pytest.skip("HVL_TRAIN_BIN is not set (the C++ example `train`, built with LibTorch)")
+    p = run(["srun", "-n", "2", train, "--epochs", "1"], slurm.env(clean_env()), timeout=90, check=False)
+    assert p.returncode == 0, p.stdout[-4000:]
+    assert "train: 2 ranks" in p.stdout and "weights identical on all 2 ranks: yes" in p.stdout, p.stdout[-4000:]
+
+
+def test_core_program_under_srun_is_refused(slurm, tmp_path):
+    """A program of the core alone does not join another launcher's world: it says so, before MPI."""
+    core = os.environ.get("HVL_CORE_BIN")
+    if not core:
+        pytest.skip("HVL_CORE_BIN is not set (tests/core/core_init_app: a program of the core alone)")
     t0 = time.monotonic()
-    p = run(["srun", "-n", "2", train], slurm.env(clean_env()), timeout=90, check=False)
+    p = run(["srun", "-n", "2", core], slurm.env(clean_env()), timeout=90, check=False)
     took = time.monotonic() - t0
     assert p.returncode != 0, p.stdout
     for r in range(2):

@@ -8,6 +8,10 @@ set(HVL_SLURM_ENV "${HVL_PY_TEST_ENV}")
 if(TARGET train)
   list(APPEND HVL_SLURM_ENV "HVL_TRAIN_BIN=$<TARGET_FILE:train>")
 endif()
+# A program of the core alone (no LibTorch): it refuses another launcher's world.
+if(TARGET core_init_app)
+  list(APPEND HVL_SLURM_ENV "HVL_CORE_BIN=$<TARGET_FILE:core_init_app>")
+endif()
 add_test(NAME py_slurm
   COMMAND ${Python_EXECUTABLE} -m pytest -q -rsx -p no:cacheprovider --color=no ${CMAKE_CURRENT_SOURCE_DIR}/slurm
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/slurm)
