@@ -13,7 +13,9 @@ HVL_TORCH_VERSION="${HVL_TORCH_VERSION:-2.13.0}"
 if [ "${HVL_VENV_FOR:-tests}" = main ]; then
   EXTRA=()
 else
-  EXTRA=(numpy pytest pybind11 setuptools wheel mpi4py ruff pyspark cloudpickle ray lightning)
+  # ray[train], pandas and pyarrow: Ray Train's TorchTrainer and TorchDistributor's barrier mode
+  # (tests/python/launchers); pandas below 3, which PySpark 4.3 does not fully support.
+  EXTRA=(numpy pytest pybind11 setuptools wheel mpi4py ruff pyspark cloudpickle "ray[train]" lightning "pandas<3" pyarrow)
 fi
 PACKAGES=("torch==$HVL_TORCH_VERSION" "${EXTRA[@]}")
 BASE_PYTHON="${HVL_BASE_PYTHON:-python3}"
@@ -22,13 +24,14 @@ if [ ! -x "$HVL_VENV/bin/python" ]; then
   "$BASE_PYTHON" -m venv "$HVL_VENV"
 fi
 if "$HVL_VENV/bin/python" - "$HVL_TORCH_VERSION" "${EXTRA[@]}" <<'PY'
+import re
 import sys
 import importlib.metadata as md
 want = sys.argv[1]
 try:
     ok = md.version("torch").split("+")[0] == want
     for p in sys.argv[2:]:
-        md.version(p)
+        md.version(re.split(r"[\[<>=]", p)[0])  # the distribution, without extras or bounds
 except md.PackageNotFoundError:
     ok = False
 sys.exit(0 if ok else 1)
