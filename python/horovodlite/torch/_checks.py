@@ -9,6 +9,7 @@ import warnings
 
 import torch
 
+from horovodlite.common.exceptions import HorovodInternalError
 from horovodlite.torch.basics import _OPS, Adasum, Average, Sum, size
 
 # Reduce ops accepted at once (Adasum goes through the rest of check_op).
@@ -93,6 +94,19 @@ def check_average_or_sum(op, what):
     """reducescatter's and the sparse allreduce's ops (as Horovod)."""
     if type(op) is int and (op == Average or op == Sum):
         return op
+    raise ValueError("%s: op must be hvd.Average or hvd.Sum (got %r)" % (what, op))
+
+
+def check_reducescatter_op(op, what):
+    """reducescatter's op: Average or Sum. Another reduce op (Adasum, Min, Max,
+    Product) is HorovodInternalError, a RuntimeError, as Horovod's core refuses
+    it (Status::Aborted, raised as HorovodInternalError); a value that is no op
+    at all stays a ValueError."""
+    if type(op) is int and (op == Average or op == Sum):
+        return op
+    if type(op) is int and op in _OPS:
+        raise HorovodInternalError("%s: Reducescatter currently only supports SUM (hvd.Sum, or hvd.Average: a SUM, "
+                                   "then a division); got hvd.%s" % (what, _OPS[op]))
     raise ValueError("%s: op must be hvd.Average or hvd.Sum (got %r)" % (what, op))
 
 

@@ -37,10 +37,10 @@ from horovodlite.common.process_sets import _ps_id, global_process_set
 from horovodlite.torch import _C
 from horovodlite.torch._checks import (
     _PLAIN_OPS,
-    check_average_or_sum,
     check_factor,
     check_name,
     check_op,
+    check_reducescatter_op,
     check_root_type,
     check_tensor,
     check_tensors,
@@ -162,7 +162,7 @@ def enqueue_reducescatter(tensor, name, op, process_set, prescale_factor, postsc
     """Starts the reducescatter of ``tensor`` (Average or Sum); returns its core handle."""
     check_tensor(tensor, what)
     psid = _ps_id(process_set, what)
-    op = check_average_or_sum(op, what)
+    op = check_reducescatter_op(op, what)
     pre = check_factor(prescale_factor, what, "prescale_factor")
     post = check_factor(postscale_factor, what, "postscale_factor")
     return _C.reducescatter_async(tensor, check_name(name, what), op, pre, post, psid)
@@ -173,7 +173,7 @@ def enqueue_grouped_reducescatter(tensors, name, op, process_set, prescale_facto
     check_tensors(tensors, what)
     psid = _ps_id(process_set, what)
     names = group_names(name, len(tensors), what)
-    op = check_average_or_sum(op, what)
+    op = check_reducescatter_op(op, what)
     pre = check_factor(prescale_factor, what, "prescale_factor")
     post = check_factor(postscale_factor, what, "postscale_factor")
     return _Handle(_C.grouped_reducescatter_async(list(tensors), names, op, pre, post, psid), _grouped)

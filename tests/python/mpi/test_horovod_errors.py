@@ -48,3 +48,19 @@ def test_collective_while_a_rank_has_joined_is_internal_error(joined_rank, rank,
             last = hvd.join()
         assert last != joined_rank and 0 <= last < size
         assert torch.equal(hvd.allgather(torch.tensor([rank])), torch.arange(size))
+
+
+def test_reducescatter_of_an_op_other_than_sum_is_internal_error(size):
+    # Horovod's core aborts the enqueue ("Reducescatter currently only supports
+    # SUM."), raised as HorovodInternalError: its test catches RuntimeError.
+    x = torch.ones(size * 4, 2)
+    for op, name in ((hvd.Adasum, "Adasum"), (hvd.Min, "Min"), (hvd.Max, "Max"), (hvd.Product, "Product")):
+        for call in (lambda: hvd.reducescatter(x, op=op), lambda: hvd.reducescatter_async(x, op=op),
+                     lambda: hvd.grouped_reducescatter([x, x], op=op)):
+            with pytest.raises(hvd.HorovodInternalError, match="only supports SUM.*hvd.%s" % name) as info:
+                call()
+            assert isinstance(info.value, RuntimeError) and not isinstance(info.value, ValueError)
+    with pytest.raises(ValueError, match="Average or hvd.Sum"):
+        hvd.reducescatter(x, op=17)
+    # nothing was enqueued: every rank still agrees
+    assert torch.equal(hvd.reducescatter(x, op=hvd.Sum), torch.full((4, 2), float(size)))
