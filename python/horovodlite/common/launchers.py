@@ -258,11 +258,22 @@ def _store(launch, timeout):
                              timeout, e)) from e
 
 
+def _present(store, key):
+    try:
+        return store.check([key])
+    except AttributeError:  # torch 1.13's TCPStore has no check()
+        try:
+            store.wait([key], datetime.timedelta(milliseconds=1))
+            return True
+        except Exception:  # noqa: BLE001  (a timeout: not set)
+            return False
+
+
 def _wait(store, keys, timeout, launch, what):
     try:
         store.wait(keys, datetime.timedelta(seconds=timeout))
     except Exception as e:  # noqa: BLE001
-        late = [k.rsplit("/", 1)[-1] for k in keys if not store.check([k])]
+        late = [k.rsplit("/", 1)[-1] for k in keys if not _present(store, k)]
         raise LaunchError("horovodlite.init(): rank %d of %d (%s): %s within %g s (HOROVOD_GLOO_TIMEOUT_SECONDS)%s"
                           % (launch.rank, launch.size, launch.why, what, timeout,
                              ": ranks %s did not arrive" % ", ".join(late) if late and len(keys) > 1 else "")) from e

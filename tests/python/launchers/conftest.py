@@ -16,6 +16,23 @@ WORKER = os.path.join(HERE, "launch_train.py")
 sys.path.insert(0, HERE)
 
 
+_torchrun_works = None
+
+
+def require_torchrun():
+    """Skips the calling test where this torch's torchrun cannot start a job at
+    all (Debian's torch 1.13 on Python 3.11: start_processes fails with
+    "'NoneType' object has no attribute 'get'" for every script)."""
+    global _torchrun_works
+    if _torchrun_works is None:
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+                            "--no_python", "true"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120, env=clean_env())
+        _torchrun_works = (p.returncode == 0, p.stdout.strip().splitlines()[-1:] or [""])
+    if not _torchrun_works[0]:
+        pytest.skip("this torch's torchrun cannot start any job: %s" % _torchrun_works[1][0])
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

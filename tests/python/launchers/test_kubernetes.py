@@ -13,7 +13,7 @@ one machine (docs/launchers.md#kubernetes gives the manifests):
 import subprocess
 import sys
 
-from conftest import WORKER, check_training, clean_env, free_port, read_ranks, run
+from conftest import WORKER, check_training, clean_env, free_port, read_ranks, require_torchrun, run
 from horovodlite.runner import hosts
 
 
@@ -29,6 +29,7 @@ def test_pytorchjob_plain_python(tmp_path):
 
 
 def test_pytorchjob_torchrun_pet_variables(tmp_path):
+    require_torchrun()
     env = clean_env(HVL_TEST_OUT=tmp_path, PET_NNODES=1, PET_NPROC_PER_NODE=2, PET_NODE_RANK=0,
                     PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=free_port())
     run([sys.executable, "-m", "torch.distributed.run", WORKER], env)

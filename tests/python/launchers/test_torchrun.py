@@ -10,12 +10,13 @@ import sys
 import time
 
 import pytest
-from conftest import HERE, WORKER, check_training, clean_env, free_port, read_ranks, run
+from conftest import HERE, WORKER, check_training, clean_env, free_port, read_ranks, require_torchrun, run
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
 def test_standalone(tmp_path):
+    require_torchrun()
     env = clean_env(HVL_TEST_OUT=tmp_path, HOROVODLITE_LOG_LEVEL="info")
     p = run(TORCHRUN + ["--standalone", "--nproc_per_node", "2", WORKER], env)
     assert "joins the torchrun world (torchrun's variables (RANK=0 WORLD_SIZE=2))" in p.stdout
@@ -29,6 +30,7 @@ def test_standalone(tmp_path):
 
 
 def _two_agents(tmp_path, nnodes, extra=()):
+    require_torchrun()
     port = free_port()
     env = clean_env(HVL_TEST_OUT=tmp_path)
     cmd = TORCHRUN + ["--nnodes", nnodes, "--nproc_per_node", "1", "--rdzv_backend", "c10d",
@@ -63,6 +65,7 @@ def test_max_restarts_resumes_from_checkpoint(tmp_path):
     """Rank 1 dies after the checkpoint of step 2 in the first attempt; torchrun
     restarts the group, which forms a fresh world, resumes and finishes with the
     weights of an uninterrupted run."""
+    require_torchrun()
     env = clean_env(HVL_TEST_OUT=tmp_path, HVL_TEST_CKPT=tmp_path / "ckpt.pt")
     p = run(TORCHRUN + ["--standalone", "--nproc_per_node", "2", "--max_restarts", "1", RESUME], env)
     results = read_ranks(tmp_path, 2)
@@ -81,6 +84,7 @@ def test_initialised_torch_distributed(tmp_path, how):
     size and store."""
     env = clean_env(HVL_TEST_OUT=tmp_path, HVL_TEST_INIT=how, HVL_TEST_PORT=free_port())
     if how == "env":
+        require_torchrun()
         run(TORCHRUN + ["--standalone", "--nproc_per_node", "2", DIST_FIRST], env)
     else:
         procs = [subprocess.Popen([sys.executable, DIST_FIRST], env=dict(env, HVL_TEST_RANK=str(r)),
@@ -134,6 +138,7 @@ def test_two_processes_claiming_one_rank():
 @pytest.mark.skipif(not os.environ.get("HVL_TRAIN_BIN"), reason="HVL_TRAIN_BIN (the C++ train example) not given")
 def test_cpp_train_under_torchrun():
     """A LibTorch program joins torchrun's world itself (adapters/torch/src/launchers.cc)."""
+    require_torchrun()
     p = run(TORCHRUN + ["--standalone", "--nproc_per_node", "2", "--no_python", os.environ["HVL_TRAIN_BIN"],
                         "--epochs", "1"], clean_env())
     assert "train: 2 ranks" in p.stdout and "weights identical on all 2 ranks: yes" in p.stdout, p.stdout[-4000:]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import HERE, WORKER, check_training, clean_env, read_ranks
+from conftest import HERE, WORKER, check_training, clean_env, read_ranks, require_torchrun
 
 sys.path.insert(0, os.path.join(HERE, os.pardir, "launcher"))
 from launch_util import simulated_hosts  # noqa: E402
@@ -28,6 +28,7 @@ def _on_host(host, argv):
 
 
 def test_two_hosts_two_ranks_each(testbed, tmp_path):
+    require_torchrun()
     env = clean_env(HVL_TEST_OUT=tmp_path)
     rdzv = "198.18.0.11:29400"  # the first host (ci/hosts.sh: hI is 198.18.0.(10+I))
     # The hostname resolves outside the testbed (as in many containers): --local_addr
