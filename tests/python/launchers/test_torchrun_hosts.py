@@ -49,3 +49,24 @@ def test_two_hosts_two_ranks_each(testbed, tmp_path):
         assert str(res["local_rank"]) == res["env"]["LOCAL_RANK"]
         assert (res["local_size"], res["cross_size"]) == (2, 2)
         assert str(res["cross_rank"]) == res["env"]["GROUP_RANK"]
+
+
+def test_cpp_train_two_hosts(testbed, tmp_path):
+    """The LibTorch example across the hosts: its ranks meet in torchrun's store."""
+    require_torchrun()
+    train = os.environ.get("HVL_TRAIN_BIN")
+    if not train:
+        pytest.skip("HVL_TRAIN_BIN (the C++ train example) not given")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+            "--rdzv_backend", "c10d", "--rdzv_endpoint", "198.18.0.11:29401", "--rdzv_id", "hvl-hosts-cc"]
+    agents = []
+    for i in (1, 2):
+        own = ["--local_addr", "198.18.0.%d" % (10 + i), "--rdzv_conf", "is_host=%d,join_timeout=60" % (i == 1)]
+        agents.append(subprocess.Popen(_on_host("%s-h%d" % (testbed, i), argv + own + ["--no_python", train,
+                                                                                         "--epochs", "1"]),
+                                       env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [a.communicate(timeout=240)[0] for a in agents]
+    for a, out in zip(agents, outs):
+        assert a.returncode == 0, "%s\n%s" % (shlex.join(a.args), out[-6000:])
+    both = "".join(outs)
+    assert "train: 2 ranks" in both and "weights identical on all 2 ranks: yes" in both, both[-4000:]

@@ -21,6 +21,6 @@ add_test(NAME py_launchers_torchrun_hosts
   COMMAND ${Python_EXECUTABLE} -m pytest -q -rs -x -p no:cacheprovider --color=no
           ${CMAKE_CURRENT_SOURCE_DIR}/launchers/test_torchrun_hosts.py
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/launchers)
-set_tests_properties(py_launchers_torchrun_hosts PROPERTIES ENVIRONMENT "${HVL_PY_TEST_ENV}" TIMEOUT 400
+set_tests_properties(py_launchers_torchrun_hosts PROPERTIES ENVIRONMENT "${HVL_LAUNCHERS_ENV}" TIMEOUT 400
   RUN_SERIAL ON SKIP_REGULAR_EXPRESSION "multi-host launcher tests need root")
 include(${CMAKE_CURRENT_LIST_DIR}/engines.cmake)
