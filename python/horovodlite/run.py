@@ -420,7 +420,7 @@ def hosts_and_testbed(parser, args):
     return hosts, testbed
 
 
-def gloo_main(parser, args, argv):
+def gloo_main(parser, args, argv, extra_env=None, secret=None):
     from horovodlite.runner import gloo_run
 
     if args.mpi_args:
@@ -477,18 +477,21 @@ def gloo_main(parser, args, argv):
             log_level=args.log_level or ("DEBUG" if args.verbose else "INFO"))
     try:
         return gloo_run.launch_gloo(
-            args.command, hosts, args.np, job_environment(args),
+            args.command, hosts, args.np, dict(job_environment(args), **(extra_env or {})),
             iface=nics.split(",")[0] if nics else None, timeout_s=args.gloo_timeout_seconds,
             agent=agent, ssh_args=ssh_args(args),
             output_dir=os.path.abspath(args.output_filename) if args.output_filename else None,
-            verbose=args.verbose, is_local=is_local)
+            verbose=args.verbose, is_local=is_local, secret=secret)
     except (RuntimeError, ValueError) as e:
         return _fail(str(e))
 
 
-def main(argv=None):
+def main(argv=None, parser=None, extra_env=None, secret=None):
+    """horovodlite-run's exit code. horovodlite.runner.run calls it with a
+    `parser` whose errors raise, the variables of its own store (`extra_env`)
+    and the job's `secret` (both Gloo's and MPI's ranks get it)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = make_parser()
+    parser = parser or make_parser()
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
@@ -507,7 +510,7 @@ def main(argv=None):
             if value is not None:
                 parser.error("%s is for elastic jobs (--min-np/--max-np/--host-discovery-script)" % flag)
     if wants_gloo(args):
-        return gloo_main(parser, args, argv)
+        return gloo_main(parser, args, argv, extra_env, secret)
     if args.gloo_timeout_seconds is not None:
         parser.error("--gloo-timeout-seconds is for Gloo jobs (--gloo)")
     if not built_with_mpi():
@@ -524,7 +527,7 @@ def main(argv=None):
         if problem:
             return _fail(problem)
 
-    return mpi_run.launch_mpi(args, job_environment(args), testbed, hosts)
+    return mpi_run.launch_mpi(args, dict(job_environment(args), **(extra_env or {})), testbed, hosts, secret)
 
 
 if __name__ == "__main__":

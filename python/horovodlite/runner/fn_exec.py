@@ -1,9 +1,10 @@
-"""Runs one rank's function for an engine (horovodlite.spark): started by the
-engine's task as `python -m horovodlite.runner.fn_exec` with the Gloo-launch
-contract's environment plus
+"""Runs one rank's function for an engine (horovodlite.spark) or for
+horovodlite.runner.run: started as `python -m horovodlite.runner.fn_exec` with
+the Gloo-launch contract's environment (or under mpirun) plus
 
     HVL_ENGINE_KV_ADDR / HVL_ENGINE_KV_PORT / HVL_ENGINE_KV_SCOPE   the driver's KV store
     HVL_ENGINE_PARENT_PID                                           the task's process
+    HVL_ENGINE_DRIVER_PYTHON                                        the driver's interpreter (for errors)
 
 It fetches the pickled (fn, args, kwargs) from <scope>/fn (sealed with the job's
 secret, HOROVODLITE_SECRET_KEY: runner/secret.py), calls fn, and puts (sealed)
@@ -39,6 +40,31 @@ def _pickler():
     return cloudpickle
 
 
+def _load_fn(cloudpickle, payload):
+    """(fn, args, kwargs), or an error naming both interpreters where this one
+    cannot unpickle what the driver pickled (another Python or cloudpickle:
+    "Can't get attribute '_function_setstate'", a missing module)."""
+    try:
+        return cloudpickle.loads(payload)
+    except Exception as e:  # noqa: BLE001 - re-raised with what tells the cause
+        import platform
+        driver = os.environ.get("HVL_ENGINE_DRIVER_PYTHON", "?")
+        raise RuntimeError(
+            "this rank's Python %s (Python %s, cloudpickle %s) cannot unpickle the function that the driver's "
+            "Python %s pickled: %s: %s. Run the ranks with the driver's Python (the default executable=, "
+            "sys.executable) or one with the same Python, cloudpickle and modules"
+            % (sys.executable, platform.python_version(), getattr(cloudpickle, "__version__", "?"), driver,
+               type(e).__name__, e)) from e
+
+
+def _rank():
+    """The Gloo contract's HOROVOD_RANK, or mpirun's rank (horovodlite.runner.run --mpi)."""
+    for name in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
+        if os.environ.get(name):
+            return int(os.environ[name])
+    raise RuntimeError("horovodlite.runner.fn_exec: no rank in the environment (HOROVOD_RANK or mpirun's)")
+
+
 def _shutdown_horovodlite():
     mod = sys.modules.get("horovodlite.torch")
     if mod is not None and mod.is_initialized():
@@ -51,10 +77,10 @@ def main():
     cloudpickle = _pickler()
     client = RendezvousClient(os.environ["HVL_ENGINE_KV_ADDR"], os.environ["HVL_ENGINE_KV_PORT"])
     scope = os.environ["HVL_ENGINE_KV_SCOPE"]
-    rank = int(os.environ["HOROVOD_RANK"])
+    rank = _rank()
     try:
         # Unpickled only once its seal says the job's driver put it there.
-        fn, args, kwargs = cloudpickle.loads(client.unseal(scope + "/fn", client.wait(scope, "fn", 60)))
+        fn, args, kwargs = _load_fn(cloudpickle, client.unseal(scope + "/fn", client.wait(scope, "fn", 60)))
         result = fn(*args, **kwargs)
         _shutdown_horovodlite()
         payload = cloudpickle.dumps(("ok", result))

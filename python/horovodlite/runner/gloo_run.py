@@ -21,8 +21,8 @@ import sys
 import threading
 import time
 
+from horovodlite.runner import horovod_messages, worker_env
 from horovodlite.runner import hosts as hosts_util
-from horovodlite.runner import worker_env
 from horovodlite.runner.secret import SECRET_ENV_NAMES, make_secret
 
 # Seconds between SIGTERM and SIGKILL when the job is ended.
@@ -227,9 +227,11 @@ class WorkerGroup:
 
 
 def launch_gloo(command, hosts, np, job_env, *, iface=None, timeout_s=None, agent=None, ssh_args=(),
-                output_dir=None, verbose=False, is_local=hosts_util.is_local, bind_host=None, log=None):
+                output_dir=None, verbose=False, is_local=hosts_util.is_local, bind_host=None, log=None, secret=None):
     """Runs `command` on `np` ranks over `hosts` ([(name, slots)]); returns the
-    job's exit code (0, or the first failing rank's)."""
+    job's exit code (0, or the first failing rank's). `secret`: the job's
+    (default: a new one), for a caller that serves a store of its own to the
+    ranks (runner/interactive.py)."""
     from horovodlite.runner.rendezvous import RendezvousServer
 
     log = log or (lambda msg: print("horovodlite-run: " + msg, file=sys.stderr, flush=True))
@@ -240,7 +242,7 @@ def launch_gloo(command, hosts, np, job_env, *, iface=None, timeout_s=None, agen
     addr = rendezvous_address(hosts, iface, is_local)
     if bind_host is None:
         bind_host = bind_address(addr)
-    secret = make_secret()
+    secret = secret or make_secret()
     server = RendezvousServer(bind_host=bind_host, port=0, secret=secret, log=log)
     port = server.start()
     if verbose:
@@ -286,6 +288,7 @@ def _supervise(group, np, log):
             others = group.running()
             log("rank %d on host %s %s; ending the other %d rank(s)" % (
                 worker.slot.rank, worker.slot.hostname, describe_exit(rc), len(others)))
+            log(horovod_messages.nonzero_exit(worker.slot.hostname, worker.slot.local_rank, rc))
             group.terminate(others)
             return exit_code(rc)
     return 0

@@ -57,8 +57,10 @@ def component_exclusions(args, testbed=None):
     return out
 
 
-def mpirun_command(args, job_env, testbed=None, hosts=None):
-    """The whole mpirun command line of the job `args` describes."""
+def mpirun_command(args, job_env, testbed=None, hosts=None, private_names=()):
+    """The whole mpirun command line of the job `args` describes;
+    `private_names` are exported by name only (-x NAME: the value stays off the
+    command line)."""
     cmd = mpirun_base(args, args.np, testbed)
     if hosts is None and (args.hosts or args.hostfile):
         hosts = host_list(args)
@@ -78,16 +80,21 @@ def mpirun_command(args, job_env, testbed=None, hosts=None):
     for name in sorted(worker_env.forwarded_environment()):
         if name not in job_env:
             cmd += ["-x", name]
+    for name in sorted(private_names):
+        cmd += ["-x", name]
     cmd += shlex.split(args.mpi_args)
     cmd += args.command
     return cmd
 
 
-def launch_mpi(args, job_env, testbed=None, hosts=None):
+def launch_mpi(args, job_env, testbed=None, hosts=None, secret=None):
     """Runs the job under mpirun; returns its exit code (128 + N when mpirun
-    dies of signal N, 130 when interrupted here)."""
-    cmd = mpirun_command(args, job_env, testbed, hosts)
-    env = worker_env.rank_environment(False, job_env)
+    dies of signal N, 130 when interrupted here). `secret`: a job secret for
+    the ranks (HOROVODLITE_SECRET_KEY, exported by name), where the caller
+    serves them a store (runner/interactive.py)."""
+    private = {worker_env.SECRET_ENV: secret} if secret else {}
+    cmd = mpirun_command(args, job_env, testbed, hosts, private_names=private)
+    env = worker_env.rank_environment(False, job_env, private)
     if _is_root():
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")

@@ -61,10 +61,18 @@ def _log(verbose, level, msg):
 # ---------------------------------------------------------------- task side
 
 
-def _make_task(addr, port, start_timeout, user_env, executable, verbose, secret):
+def _interpreter():
+    """This process's Python, as the messages about a mismatch name it."""
+    import platform
+    return "%s (Python %s)" % (sys.executable, platform.python_version())
+
+
+def _make_task(addr, port, start_timeout, user_env, executable, verbose, secret, driver_python):
     """The function each Spark task runs (pickled by Spark: no closure over the
     driver's objects). The job's secret travels in it, as Horovod's does: Spark
-    ships it to the executors over its own channel, never on a command line."""
+    ships it to the executors over its own channel, never on a command line.
+    The rank runs under `executable` (the driver's Python unless run() was
+    given another), not the Spark worker's: fn was pickled by the driver."""
 
     def task(iterator):
         from pyspark import TaskContext
@@ -77,6 +85,9 @@ def _make_task(addr, port, start_timeout, user_env, executable, verbose, secret)
             client.put(SCOPE, "failed/task%d" % index, "Spark retried task %d (attempt %d, stage attempt %d); "
                        "a horovodlite job cannot restart one rank" % (index, ctx.attemptNumber(), stage_attempt))
             return iter([(index, -1, "retried")])
+        if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
+            client.put(SCOPE, "failed/task%d" % index, _no_executable_text(executable, driver_python, index))
+            return iter([(index, -1, "no executable")])
         client.put(SCOPE, "task/%d" % index, json.dumps({"host": worker_env.host_identity(), "pid": os.getpid()}))
         deadline = time.monotonic() + start_timeout + 30
         delay = 0.01
@@ -97,8 +108,8 @@ def _make_task(addr, port, start_timeout, user_env, executable, verbose, secret)
         env.update(user_env)
         env.update({"HVL_ENGINE_KV_ADDR": addr, "HVL_ENGINE_KV_PORT": str(port),
                     "HVL_ENGINE_KV_SCOPE": SCOPE, "HVL_ENGINE_PARENT_PID": str(os.getpid()),
-                    "PYTHONUNBUFFERED": "1"})
-        proc = subprocess.Popen([executable or sys.executable, "-m", "horovodlite.runner.fn_exec"], env=env,
+                    "HVL_ENGINE_DRIVER_PYTHON": driver_python, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen([executable, "-m", "horovodlite.runner.fn_exec"], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         pumps = [threading.Thread(target=_pump, args=(stream, client, slot.rank, name), daemon=True)
                  for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
@@ -131,13 +142,21 @@ def _make_task(addr, port, start_timeout, user_env, executable, verbose, secret)
             try:
                 if client.get(SCOPE, "result/%d" % slot.rank) is None:
                     # Died without a word (a signal, os._exit, a crash in native code).
-                    client.put(SCOPE, "failed/%d" % slot.rank, "the rank's process (Spark task %d on %s) exited "
-                               "with %s before fn returned\n" % (index, slot.hostname, _exit_text(proc.returncode)))
+                    client.put(SCOPE, "failed/%d" % slot.rank, "the rank's process (Spark task %d on %s, %s; the "
+                               "driver runs %s) exited with %s before fn returned\n" % (
+                                   index, slot.hostname, executable, driver_python, _exit_text(proc.returncode)))
             except OSError:
                 pass
         return iter([(index, slot.rank, outcome or "exit %d" % proc.returncode)])
 
     return task
+
+
+def _no_executable_text(executable, driver_python, index):
+    return ("the rank's Python %s does not exist (or cannot be run) on Spark task %d's host %s, whose Spark worker "
+            "runs %s; the driver runs %s. Pass executable= a Python that exists on every worker, has "
+            "horovodlite and unpickles what the driver pickles (the same Python and cloudpickle versions)"
+            % (executable, index, worker_env.host_identity(), _interpreter(), driver_python))
 
 
 def _pump(stream, client, rank, name):
@@ -260,7 +279,10 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
         verbose: 0 quiet, 1 a start line, 2 the driver's steps.
         nics: network interfaces for the rendezvous address and Gloo (HOROVOD_GLOO_IFACE: the first).
         prefix_output_with_timestamp: prefix forwarded lines with the time.
-        executable: the Python that runs each rank (default: the Spark task's).
+        executable: the Python that runs each rank (default: the driver's
+            sys.executable, as Horovod's: fn is unpickled by the Python that
+            pickled it, whichever Python Spark's workers run). A path missing on
+            a worker is an error naming both interpreters.
 
     Raises:
         SparkJobError: fn raised on some rank (the message names the rank(s) and
@@ -298,7 +320,8 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
     try:
         server.put(SCOPE, "fn", server.seal(SCOPE + "/fn", _cloudpickle().dumps((fn, tuple(args), kwargs))))
         _log(verbose, 1, "running %d processes (rendezvous %s:%d)" % (num_proc, addr, port))
-        task = _make_task(addr, port, start_timeout, user_env, executable, verbose, secret)
+        task = _make_task(addr, port, start_timeout, user_env, executable or sys.executable, verbose, secret,
+                          _interpreter())
 
         def spark_job():
             try:
@@ -312,7 +335,7 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, use_mpi=Non
         t0 = time.monotonic()
         thread.start()
         output = _Output(server.store, num_proc, stdout, stderr, prefix_output_with_timestamp)
-        _wait_for_start(server, num_proc, start_timeout, thread, outcome, t0, verbose)
+        _wait_for_start(server, num_proc, start_timeout, thread, outcome, t0, verbose, getattr(sc, "pythonExec", None))
         _wait_for_ranks(server, num_proc, thread, output)
         thread.join()
         output.drain()
@@ -337,7 +360,19 @@ def _early_failure(server):
     return [k for k in server.store.keys(SCOPE) if k.startswith("failed/task")]
 
 
-def _wait_for_start(server, num_proc, start_timeout, thread, outcome, t0, verbose):
+def _worker_python_hint(error, worker_python):
+    """Why a Spark worker could not run the task, where it is its Python's
+    missing horovodlite (or cloudpickle): the two interpreters named."""
+    text = str(error or "")
+    if "No module named" not in text:
+        return ""
+    return ("\nThe Spark workers' Python (%s: PYSPARK_PYTHON or spark.pyspark.python, else python3 from PATH) cannot "
+            "import what the task needs; the driver runs %s. Set PYSPARK_PYTHON to the driver's Python before the "
+            "SparkSession starts, or install horovodlite (and cloudpickle) for the workers' Python"
+            % (worker_python or "python3", _interpreter()))
+
+
+def _wait_for_start(server, num_proc, start_timeout, thread, outcome, t0, verbose, worker_python=None):
     """Waits for every task to register, then assigns ranks."""
     deadline = t0 + start_timeout
     while True:
@@ -349,7 +384,8 @@ def _wait_for_start(server, num_proc, start_timeout, thread, outcome, t0, verbos
             raise SparkJobError("horovodlite.spark.run: %s" % server.get(SCOPE, key).decode())
         if not thread.is_alive():
             raise SparkJobError("horovodlite.spark.run: the Spark job ended before all tasks started (%d of %d "
-                                "registered): %s" % (len(registered), num_proc, outcome.get("error")))
+                                "registered): %s%s" % (len(registered), num_proc, outcome.get("error"),
+                                                       _worker_python_hint(outcome.get("error"), worker_python)))
         if time.monotonic() >= deadline:
             raise TimeoutError(
                 "horovodlite.spark.run: timed out after %s s waiting for %d Spark tasks to start: %d of %d started. "

@@ -146,3 +146,50 @@ def test_unsigned_records_are_refused_and_never_unpickled(spark, tmp_path):
     results = horovodlite.spark.run(_knock, args=(pickle.dumps(_Opens(str(marker))),), num_proc=2, verbose=0)
     assert results == [(0, [401, 401, 401, 401]), (1, [])], results
     assert not marker.exists()
+
+
+_STUB_CLOUDPICKLE = '''
+import pickle
+__version__ = "0.0-stub"
+dumps = pickle.dumps
+def loads(data):
+    raise AttributeError("Can't get attribute '_function_setstate' on <module 'cloudpickle.cloudpickle'>")
+'''
+
+
+def test_ranks_run_the_drivers_python(tmp_path):
+    """Horovod's executable= default: a driver started as <venv>/bin/python whose
+    Spark workers run PATH's python3 (another interpreter, without this venv's
+    cloudpickle) still runs fn; an executable missing on the workers, or one that
+    cannot unpickle what the driver pickled, is an error naming both."""
+    other = "/usr/bin/python3"
+    if not os.path.exists(other) or os.path.realpath(other) == os.path.realpath(sys.executable):
+        pytest.skip("needs a python3 other than this one at %s" % other)
+    import json
+    import subprocess
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(other)
+    stub = tmp_path / "stub"
+    (stub / "cloudpickle").mkdir(parents=True)
+    (stub / "cloudpickle" / "__init__.py").write_text(_STUB_CLOUDPICKLE)
+    stub_python = tmp_path / "stub-python"
+    stub_python.write_text('#!/bin/sh\nPYTHONPATH="%s:$PYTHONPATH" exec %s "$@"\n' % (stub, other))
+    stub_python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PATH"] = "%s:%s" % (bin_dir, env.get("PATH", "/usr/bin:/bin"))
+    out = tmp_path / "report.json"
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "driver_python_job.py")
+    proc = subprocess.run([sys.executable, job, str(out), str(stub_python)], env=env, timeout=300,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0 and out.exists(), proc.stdout[-4000:]
+    report = json.loads(out.read_text())
+    assert report["worker"] == "python3", report
+    assert report["default"] == {"ok": [sys.executable, sys.executable]}, report
+    missing = report["missing"]["error"]
+    assert "no-such-python does not exist" in missing, missing
+    assert "whose Spark worker runs %s (Python" % (bin_dir / "python3") in missing, missing
+    assert "the driver runs %s (Python" % sys.executable in missing, missing
+    mismatch = report["mismatch"]["error"]
+    assert "_function_setstate" in mismatch and "cannot unpickle the function that the driver's Python" in mismatch
+    assert sys.executable in mismatch and "cloudpickle 0.0-stub" in mismatch, mismatch

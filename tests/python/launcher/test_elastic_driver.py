@@ -6,6 +6,7 @@ causes by a key in the KV store."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -263,6 +264,9 @@ def test_driver_reset_limit():
     _join(threads)
     code, message = h.driver.wait()
     assert code == 1 and "--reset-limit 1 reached" in message and results[("a", 0)]["rank"] == -1
+    # Horovod's text beside ours (scripts grep it); the first failure of the last generation
+    assert "Job has been reset 1 times, exceeding the limit." in message, message
+    assert h.driver.first_failure() == ("b", 0, 1)
 
 
 def test_driver_all_failed_and_all_blacklisted():
@@ -476,6 +480,8 @@ def test_elastic_reset_limit(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1, out
     assert "error: the world was re-formed 1 time(s): --reset-limit 1 reached" in out, out
+    assert "Job has been reset 1 times, exceeding the limit." in out, out
+    assert "one or more processes exited with non-zero status" not in out, out  # as Horovod: the limit's text only
     assert _pids_gone(_logs(tmp_path))
 
 
@@ -485,6 +491,9 @@ def test_elastic_all_workers_failing(tmp_path):
                     _sim(tmp_path, 100, "127.0.0.1@1,127.0.0.2@1"))
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "error: all 2 worker(s) of generation 1 failed" in out, out
+    assert re.search(r"Horovod detected that one or more processes exited with non-zero status, thus causing the "
+                     r"job to be terminated\. The first process to do so was:\nProcess name: 127\.0\.0\.[12]\[0\]\n"
+                     r"Exit code: \d+", out), out
 
 
 def test_elastic_bad_discovery_output_warns_and_goes_on(tmp_path):

@@ -55,8 +55,8 @@ def test_reducescatter_of_an_op_other_than_sum_is_internal_error(size):
     # SUM."), raised as HorovodInternalError: its test catches RuntimeError.
     x = torch.ones(size * 4, 2)
     for op, name in ((hvd.Adasum, "Adasum"), (hvd.Min, "Min"), (hvd.Max, "Max"), (hvd.Product, "Product")):
-        for call in (lambda: hvd.reducescatter(x, op=op), lambda: hvd.reducescatter_async(x, op=op),
-                     lambda: hvd.grouped_reducescatter([x, x], op=op)):
+        for call in (lambda op=op: hvd.reducescatter(x, op=op), lambda op=op: hvd.reducescatter_async(x, op=op),
+                     lambda op=op: hvd.grouped_reducescatter([x, x], op=op)):
             with pytest.raises(hvd.HorovodInternalError, match="only supports SUM.*hvd.%s" % name) as info:
                 call()
             assert isinstance(info.value, RuntimeError) and not isinstance(info.value, ValueError)

@@ -29,6 +29,7 @@ import threading
 import time
 
 from horovodlite.common.host_update import HostUpdateResult
+from horovodlite.runner import horovod_messages
 from horovodlite.runner.elastic.discovery import DiscoveryError, HostManager
 from horovodlite.runner.worker_env import host_assignments
 
@@ -81,6 +82,7 @@ class ElasticDriver:
         self._last_update = (0, int(HostUpdateResult.no_update))
         self._finished = threading.Event()
         self._result = None        # (exit_code, message)
+        self._failures = []        # [(generation, host, local_rank, rc)] of the last generation with one
         self._discovery_error = None
         self._thread = None
         self._deciding = False
@@ -100,6 +102,13 @@ class ElasticDriver:
         self._thread.start()
         with self._lock:
             self._activate(np)
+
+    def first_failure(self):
+        """(host, local_rank, exit code) of the first worker that exited non-zero
+        in the last generation that had one (Horovod's "first process to do so"),
+        or None."""
+        with self._lock:
+            return tuple(self._failures[0][1:]) if self._failures else None
 
     def wait(self):
         """Blocks until the job ends; returns (exit_code, message or None)."""
@@ -286,6 +295,10 @@ class ElasticDriver:
             if returncode != 0:
                 self._log("warning", "worker %s[%d] (rank %d) %s" % (
                     host, local_rank, self._slots[key].rank, _describe(returncode)))
+                if not self._failures or self._failures[0][0] != self._generation:
+                    self._failures = [(self._generation, host, local_rank, returncode)]
+                else:
+                    self._failures.append((self._generation, host, local_rank, returncode))
             if self._deciding:
                 return  # reported READY already; the next generation starts a new worker there
             self._exit_codes[key] = returncode
@@ -329,8 +342,8 @@ class ElasticDriver:
             raise JobEnded("every host of generation %d is blacklisted (%s)" % (
                 self._generation, ", ".join(sorted({h for h, _ in states}))))
         if self.reset_limit is not None and self._reset_count >= self.reset_limit:
-            raise JobEnded("the world was re-formed %d time(s): --reset-limit %d reached" % (
-                self._reset_count, self.reset_limit))
+            raise JobEnded("the world was re-formed %d time(s): --reset-limit %d reached\n%s" % (
+                self._reset_count, self.reset_limit, horovod_messages.reset_limit_exceeded(self.reset_limit)))
         self._reset_count += 1
         self._activate(self.min_np)
 

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from horovodlite.runner import gloo_run, worker_env
+from horovodlite.runner import gloo_run, horovod_messages, worker_env
 from horovodlite.runner import hosts as hosts_util
 from horovodlite.runner.elastic.discovery import FixedHosts, HostDiscoveryScript, HostManager
 from horovodlite.runner.elastic.driver import ElasticDriver, JobEnded
@@ -132,6 +132,10 @@ def launch_elastic(command, discovery, np, min_np, max_np, job_env, *, timeout_s
     server.stop()
     if message:
         print("horovodlite-run: error: " + message, file=sys.stderr, flush=True)
+    failure = driver.first_failure()
+    if code != 0 and failure and not (message and "--reset-limit" in message):
+        # Horovod raises this one unless the reset limit ended the job.
+        print("horovodlite-run: " + horovod_messages.nonzero_exit(*failure), file=sys.stderr, flush=True)
     return code
 
 
