@@ -232,13 +232,19 @@ Status allreduce_entry(const std::string& name, const TensorView& input, const T
   if (s.ok()) s = check_scaling(name, input.dtype, options.op, options.prescale_factor, options.postscale_factor);
   if (s.ok()) s = check_allreduce_output(name, input, output);
   if (s.ok() && options.op == ReduceOp::kAdasum) s = check_adasum(name, input.dtype, options.process_set);
+  if (s.ok() && options.compression == Compression::kBf16 && !dtype_is_floating(input.dtype)) {
+    // fp16 lets other dtypes through uncompressed (Horovod's compressor does);
+    // bf16 is new, so asking it to compress an integer tensor is refused.
+    s = Status::InvalidArgument("tensor '" + name + "' is " + dtype_name(input.dtype) +
+                                ": bf16 compression takes floating-point tensors only");
+  }
   HVL_RETURN_IF_ERROR(s);
   auto e = make_entry(OpType::kAllreduce, name, input, std::move(ready));
   e->output = output;
   e->request.reduce_op = options.op;
   e->request.prescale = options.prescale_factor;
   e->request.postscale = options.postscale_factor;
-  // Only floating-point tensors wider than fp16 are compressed; others travel as they are.
+  // Only floating-point tensors wider than 16 bits are compressed (fp16 or bf16); others travel as they are.
   const bool compressible = input.dtype == DataType::kFloat32 || input.dtype == DataType::kFloat64;
   e->request.compression = compressible ? options.compression : Compression::kNone;
   *out = std::move(e);

@@ -20,6 +20,7 @@ BuildInfo build_info() {
   info.gloo = gloo_built();
   info.nccl_version = nccl_version();
   info.cpu_avx2_f16c = kernels::cpu_has_avx2_f16c();
+  info.compressions = "fp16,bf16";
   const Config defaults;
   info.ring_threshold_bytes = defaults.ring_threshold_bytes;
   info.ring_segment_bytes = defaults.ring_segment_bytes;

@@ -75,6 +75,18 @@ const char* reduce_op_name(ReduceOp op) {
   return "invalid-op";
 }
 
+const char* compression_name(Compression c) {
+  switch (c) {
+    case Compression::kNone:
+      return "none";
+    case Compression::kFp16:
+      return "fp16";
+    case Compression::kBf16:
+      return "bf16";
+  }
+  return "invalid-compression";
+}
+
 const char* status_code_name(StatusCode code) {
   switch (code) {
     case StatusCode::kOk:

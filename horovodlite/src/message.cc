@@ -206,7 +206,7 @@ Status decode_requests(const uint8_t* data, size_t size, std::vector<Request>* o
     HVL_RETURN_IF_ERROR(r.pod(&q.postscale, "postscale"));
     uint8_t comp = 0;
     HVL_RETURN_IF_ERROR(r.pod(&comp, "compression"));
-    HVL_RETURN_IF_ERROR(check_enum(comp, static_cast<uint8_t>(Compression::kFp16), "compression"));
+    HVL_RETURN_IF_ERROR(check_enum(comp, static_cast<uint8_t>(Compression::kBf16), "compression"));
     q.compression = static_cast<Compression>(comp);
     HVL_RETURN_IF_ERROR(read_group(r, &q.group_id, &q.group_size));
     q.type = static_cast<OpType>(type);
@@ -271,7 +271,7 @@ Status decode_responses(const uint8_t* data, size_t size, std::vector<Response>*
     HVL_RETURN_IF_ERROR(r.pod(&s.postscale, "postscale"));
     uint8_t comp = 0;
     HVL_RETURN_IF_ERROR(r.pod(&comp, "compression"));
-    HVL_RETURN_IF_ERROR(check_enum(comp, static_cast<uint8_t>(Compression::kFp16), "compression"));
+    HVL_RETURN_IF_ERROR(check_enum(comp, static_cast<uint8_t>(Compression::kBf16), "compression"));
     s.compression = static_cast<Compression>(comp);
     HVL_RETURN_IF_ERROR(r.pod(&s.root, "root"));
     HVL_RETURN_IF_ERROR(r.i64s(&s.tensor_sizes, 1 << 24, "tensor sizes"));

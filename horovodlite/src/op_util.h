@@ -40,13 +40,18 @@ inline double effective_postscale(const Response& r, int size) {
 }
 inline ReduceOp effective_op(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
-// An allreduce whose data travels as fp16 (Compression::kFp16 applies to
-// float32 and float64 only; other dtypes travel as they are).
-inline bool fp16_compressed(const Response& r) {
-  return r.compression == Compression::kFp16 && (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
+// An allreduce whose data travels as 16-bit floats (Compression::kFp16 and
+// kBf16 apply to float32 and float64 only; other dtypes travel as they are).
+inline bool wire16_compressed(const Response& r) {
+  return (r.compression == Compression::kFp16 || r.compression == Compression::kBf16) &&
+         (r.dtype == DataType::kFloat32 || r.dtype == DataType::kFloat64);
 }
-// The dtype an allreduce's algorithm reduces: fp16 when compressed.
-inline DataType wire_dtype(const Response& r) { return fp16_compressed(r) ? DataType::kFloat16 : r.dtype; }
+// The 16-bit type a compressed allreduce travels in: kFloat16 or kBFloat16.
+inline DataType wire16_type(const Response& r) {
+  return r.compression == Compression::kBf16 ? DataType::kBFloat16 : DataType::kFloat16;
+}
+// The dtype an allreduce's algorithm reduces: fp16 or bf16 when compressed.
+inline DataType wire_dtype(const Response& r) { return wire16_compressed(r) ? wire16_type(r) : r.dtype; }
 // Elements of a (possibly fused) allreduce: the sum over its tensors.
 inline int64_t total_elements(const Response& r) {
   int64_t n = 0;

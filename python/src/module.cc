@@ -43,11 +43,17 @@ AllreduceOptions allreduce_options(int op, double prescale, double postscale, in
 // `output` (out of place only): the tensor to write the result into, e.g. a
 // buffer reused from step to step; otherwise a new tensor is allocated.
 PyHandle allreduce_async(const at::Tensor& tensor, const std::string& name, int op, double prescale, double postscale,
-                         bool in_place, bool fp16_wire, const std::optional<at::Tensor>& output, int process_set_id) {
+                         bool in_place, int wire, const std::optional<at::Tensor>& output, int process_set_id) {
   AllreduceOptions options = allreduce_options(op, prescale, postscale, process_set_id);
-  // fp16_wire: float32/float64 are converted to fp16 inside the core while being
-  // packed for the wire (no fp16 copy of the tensor), and restored on the way out.
-  if (fp16_wire) options.compression = horovodlite::Compression::kFp16;
+  // wire (COMPRESSION_NONE/FP16/BF16): float32/float64 are converted to fp16 or
+  // bf16 inside the core while being packed for the wire (no 16-bit copy of the
+  // tensor), and restored on the way out.
+  if (wire != static_cast<int>(horovodlite::Compression::kNone) &&
+      wire != static_cast<int>(horovodlite::Compression::kFp16) &&
+      wire != static_cast<int>(horovodlite::Compression::kBf16)) {
+    throw py::value_error("allreduce_async: unknown wire compression " + std::to_string(wire));
+  }
+  options.compression = static_cast<horovodlite::Compression>(wire);
   // (_enqueue.py refuses an output with in_place.)
   if (output.has_value()) return PyHandle(torch::allreduce_async(tensor, *output, name, options));
   return PyHandle(in_place ? torch::allreduce_async_(tensor, name, options)
@@ -170,6 +176,7 @@ py::dict build_info() {
   d["gloo"] = info.gloo;
   d["nccl_version"] = info.nccl_version;
   d["cpu_avx2_f16c"] = info.cpu_avx2_f16c;
+  d["compressions"] = info.compressions;
   d["ring_threshold_bytes"] = info.ring_threshold_bytes;
   d["ring_segment_bytes"] = info.ring_segment_bytes;
   d["torch_built_against"] = TORCH_VERSION;
@@ -258,10 +265,14 @@ PYBIND11_MODULE(_C, m) {
   m.attr("MAX") = static_cast<int>(ReduceOp::kMax);
   m.attr("PRODUCT") = static_cast<int>(ReduceOp::kProduct);
   m.attr("ADASUM") = static_cast<int>(ReduceOp::kAdasum);
+  // Wire compressions of allreduce_async (the core's Compression).
+  m.attr("COMPRESSION_NONE") = static_cast<int>(horovodlite::Compression::kNone);
+  m.attr("COMPRESSION_FP16") = static_cast<int>(horovodlite::Compression::kFp16);
+  m.attr("COMPRESSION_BF16") = static_cast<int>(horovodlite::Compression::kBf16);
 
   // ---- collectives; each returns a Handle at once ----
   m.def("allreduce_async", &allreduce_async, py::arg("tensor"), py::arg("name"), py::arg("op"),
-        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"), py::arg("fp16_wire") = false,
+        py::arg("prescale_factor"), py::arg("postscale_factor"), py::arg("in_place"), py::arg("wire") = 0,
         py::arg("output") = py::none(), py::arg("process_set_id") = 0);
   m.def(
       "allgather_async",

@@ -1,6 +1,7 @@
 // Every collective x every dtype x element counts {0, 1, odd, large}, checked
 // against values every rank can compute for itself.
 #include <cmath>
+#include <cstring>
 
 #include "test_util.h"
 
@@ -221,11 +222,11 @@ TEST(Allreduce, PrescaleAndPostscale) {
 // Into a separate output: the input is only read, and Average with pre- and
 // postscale is applied once, for a small tensor (MPI_Allreduce), one above the
 // ring threshold (reduced straight from input to output), and both again with
-// fp16 compression.
+// fp16 and bf16 compression (the values are small integers, exact in both).
 TEST(Allreduce, OutOfPlaceAverageWithScalingLeavesTheInputAlone) {
   const int rank = horovodlite::rank(), size = horovodlite::size();
   for (int64_t n : {int64_t(5), int64_t(300001)}) {
-    for (Compression c : {Compression::kNone, Compression::kFp16}) {
+    for (Compression c : {Compression::kNone, Compression::kFp16, Compression::kBf16}) {
       std::vector<float> in(n), out(n, -1.0f);
       for (int64_t i = 0; i < n; ++i) in[i] = static_cast<float>((rank + 1) * (i % 7));
       const std::vector<float> original = in;
@@ -235,7 +236,7 @@ TEST(Allreduce, OutOfPlaceAverageWithScalingLeavesTheInputAlone) {
       o.postscale_factor = 4.0;
       o.compression = c;
       TensorView vi{in.data(), DataType::kFloat32, {n}}, vo{out.data(), DataType::kFloat32, {n}};
-      const std::string name = "oop." + std::to_string(n) + (c == Compression::kFp16 ? ".fp16" : "");
+      const std::string name = "oop." + std::to_string(n) + "." + compression_name(c);
       HVL_ASSERT_OK(allreduce_async(name, vi, vo, o)->wait());
       ASSERT_EQ(in, original) << name;
       const double mean_factor = (size + 1) / 2.0;  // mean over ranks of (rank + 1)
@@ -318,6 +319,105 @@ TEST(Compression, Fp16AllreduceIsCloseForFloat32AndFloat64) {
       }
     }
   }
+}
+
+// bf16 on the wire: 8 significant bits, so each rounding is within 2^-9
+// relative; a few hops (ring steps, the Average's scaling) stay within 1e-2.
+// Small tensors (fused, through a bf16 fusion buffer reduced by MPI) and one
+// above the ring threshold (bf16 on the ring's wire), float32 and float64.
+TEST(Compression, Bf16AllreduceIsCloseForFloat32AndFloat64) {
+  const int rank = horovodlite::rank(), size = horovodlite::size();
+  for (ReduceOp op : {ReduceOp::kAverage, ReduceOp::kSum}) {
+    for (DataType d : {DataType::kFloat32, DataType::kFloat64}) {
+      std::vector<std::unique_ptr<Buffer>> bufs;
+      std::vector<HandlePtr> hs;
+      for (int64_t n : {int64_t(1), int64_t(33), int64_t(1000), int64_t(300001)}) {
+        bufs.push_back(std::make_unique<Buffer>(d, Shape{n}));
+        for (int64_t i = 0; i < n; ++i) bufs.back()->set(i, 0.01 * (i % 97) + 0.5 * rank + 1e4 * (i % 3));
+        AllreduceOptions o;
+        o.op = op;
+        o.compression = Compression::kBf16;
+        hs.push_back(
+            allreduce_async("bf16." + std::string(reduce_op_name(op)) + "." + dtype_name(d) + "." + std::to_string(n),
+                            bufs.back()->view(), bufs.back()->view(), o));
+      }
+      for (size_t k = 0; k < hs.size(); ++k) {
+        HVL_ASSERT_OK(hs[k]->wait());
+        EXPECT_EQ(hs[k]->output().dtype, d);  // restored to the tensor's own dtype
+        for (int64_t i = 0; i < bufs[k]->size(); ++i) {
+          double e = 0.01 * (i % 97) + 0.5 * (size - 1) / 2.0 + 1e4 * (i % 3);  // the average
+          if (op == ReduceOp::kSum) e *= size;
+          const double got = bufs[k]->get(i);
+          ASSERT_NEAR(got, e, 1e-2 * std::max(1.0, std::abs(e))) << dtype_name(d) << " i=" << i;
+          if (op != ReduceOp::kSum) continue;
+          // The sum is a bf16 value widened (a float whose low 16 bits are
+          // zero): bf16 was on the wire. (Average's division of fused tensors
+          // is applied while unpacking, in the tensor's precision, as fp16's.)
+          const float f = static_cast<float>(got);
+          uint32_t bits;
+          std::memcpy(&bits, &f, 4);
+          ASSERT_EQ(static_cast<double>(f), got) << dtype_name(d) << " i=" << i;
+          ASSERT_EQ(bits & 0xffffu, 0u) << dtype_name(d) << " n=" << bufs[k]->size() << " i=" << i
+                                        << ": not a bf16 value";
+        }
+      }
+    }
+  }
+}
+
+// Sums that overflow fp16 (65504) stay finite in bf16 (float32's range), and
+// a result is the same on every rank (bitwise: each rank widens the same bf16).
+TEST(Compression, Bf16HasFloat32RangeAndEveryRankGetsTheSameBits) {
+  const int size = horovodlite::size();
+  for (int64_t n : {int64_t(8), int64_t(300001)}) {
+    std::vector<float> v(n, 60000.0f);
+    for (int64_t i = 0; i < n; ++i) v[i] += static_cast<float>(i % 11) * 3.3f + horovodlite::rank();
+    TensorView t{v.data(), DataType::kFloat32, {n}};
+    AllreduceOptions o;
+    o.op = ReduceOp::kSum;
+    o.compression = Compression::kBf16;
+    HVL_ASSERT_OK(allreduce_async("bf16.range." + std::to_string(n), t, t, o)->wait());
+    for (int64_t i = 0; i < n; i += (n > 100 ? 997 : 1)) {
+      ASSERT_TRUE(std::isfinite(v[i])) << i;
+      ASSERT_NEAR(v[i], 60000.0 * size, 60000.0 * size * 1e-2) << i;
+    }
+    // Every rank's copy of the result, gathered: identical.
+    std::unique_ptr<Buffer> all;
+    HVL_ASSERT_OK(
+        allgather_async("bf16.range.gather." + std::to_string(n), t, allocate_into(&all, DataType::kFloat32))->wait());
+    for (int r = 1; r < size; ++r) {
+      for (int64_t i = 0; i < n; i += (n > 100 ? 997 : 1)) ASSERT_EQ(all->get(r * n + i), all->get(i)) << r << " " << i;
+    }
+  }
+}
+
+TEST(Compression, Bf16RefusesAnIntegerTensorByName) {
+  std::vector<int32_t> v(4, 1);
+  TensorView t{v.data(), DataType::kInt32, {4}};
+  AllreduceOptions o;
+  o.compression = Compression::kBf16;
+  Status s = allreduce_async("bf16.ints", t, t, o)->wait();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'bf16.ints'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("bf16"), std::string::npos) << s.message();
+  EXPECT_EQ(v, std::vector<int32_t>(4, 1));
+  // fp16 lets it through uncompressed (Horovod's behaviour), exactly.
+  o.compression = Compression::kFp16;
+  HVL_ASSERT_OK(allreduce_async("fp16.ints", t, t, o)->wait());
+  EXPECT_EQ(v, std::vector<int32_t>(4, 1));  // Average of ones
+}
+
+TEST(Compression, Bf16AgainstFp16IsAMismatchNamingBoth) {
+  const int rank = horovodlite::rank();
+  if (horovodlite::size() < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<float> v(4, 1.0f);
+  TensorView t{v.data(), DataType::kFloat32, {4}};
+  AllreduceOptions o;
+  o.compression = rank == 0 ? Compression::kBf16 : Compression::kFp16;
+  Status s = allreduce_async("bf16.mismatch", t, t, o)->wait();
+  EXPECT_EQ(s.code(), StatusCode::kMismatch);
+  EXPECT_NE(s.message().find("bf16"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("fp16"), std::string::npos) << s.message();
 }
 
 TEST(Compression, PredivideKeepsLargeValuesInFp16Range) {

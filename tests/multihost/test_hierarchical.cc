@@ -293,24 +293,30 @@ TEST(Hierarchical, Fp16WireEqualsMpiOnExactValuesAndIsTheSameEverywhere) {
 }
 
 // Random reals: the orders of summation differ, so within a tolerance; the
-// result is still bitwise the same on every rank, and fp16 on the wire stays
-// within fp16's rounding of the exact sum.
+// result is still bitwise the same on every rank, and fp16 (bf16) on the wire
+// stays within fp16's (bf16's: 8 significant bits, 8x coarser) rounding of the
+// exact sum.
 TEST(Hierarchical, RandomRealsWithinToleranceAndTheSameEverywhere) {
   if (!hierarchical_applies()) GTEST_SKIP() << "one rank per host";
   Algorithms& a = algorithms();
   const int64_t count = 100003;
   std::mt19937 rng(17u + static_cast<unsigned>(a.world.rank()));
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> in(count), ref(count), h(count), h16(count);
+  std::vector<float> in(count), ref(count), h(count), h16(count), hbf(count);
   for (auto& x : in) x = d(rng);
   ASSERT_TRUE(a.reference->reduce(in.data(), ref.data(), count, DataType::kFloat32, ReduceOp::kSum, 1.0).ok());
   ASSERT_TRUE(a.hierarchical->reduce(in.data(), h.data(), count, DataType::kFloat32, ReduceOp::kSum, 1.0).ok());
   ASSERT_TRUE(
       a.hierarchical->reduce_fp16_wire(in.data(), h16.data(), count, DataType::kFloat32, ReduceOp::kSum, 1.0).ok());
+  ASSERT_TRUE(a.hierarchical
+                  ->reduce_16bit_wire(in.data(), hbf.data(), count, DataType::kFloat32, ReduceOp::kSum, 1.0,
+                                      DataType::kBFloat16)
+                  .ok());
   const double n = a.world.size();
   for (int64_t i = 0; i < count; ++i) {
     ASSERT_NEAR(h[i], ref[i], 1e-5 * n) << "element " << i;
     ASSERT_NEAR(h16[i], ref[i], n * n * 1e-3 + 1e-3 * std::fabs(ref[i])) << "fp16 wire, element " << i;
+    ASSERT_NEAR(hbf[i], ref[i], n * n * 8e-3 + 8e-3 * std::fabs(ref[i])) << "bf16 wire, element " << i;
   }
   auto bytes = [](const std::vector<float>& v) {
     return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
@@ -318,6 +324,8 @@ TEST(Hierarchical, RandomRealsWithinToleranceAndTheSameEverywhere) {
   };
   EXPECT_TRUE(same_on_every_rank(bytes(h)));
   EXPECT_TRUE(same_on_every_rank(bytes(h16)));
+  EXPECT_TRUE(same_on_every_rank(bytes(hbf)));
+  EXPECT_NE(hbf, h16);  // a different wire format really was used
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
-// RingAllreduce::run_fp16_wire: float32/float64 buffers with fp16 on the wire.
+// RingAllreduce::run_fp16_wire (run_bf16_wire): float32/float64 buffers with
+// fp16 (bfloat16) on the wire.
 // Every rank regenerates every rank's input, so the test can replay the ring's
 // exact order of operations (chunk c starts at rank c, each hop adds the next
 // rank's value to the half it received and rounds; the owner rounds the
 // total) and demand bitwise equality; it also checks the result against a
-// float64 reference sum within fp16 tolerance and that all ranks agree bitwise.
+// float64 reference sum within fp16 (bf16) tolerance and that all ranks agree bitwise.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -38,13 +39,25 @@ std::vector<double> input(int r, int64_t count, ReduceOp op) {
   return v;
 }
 
-template <class T>
+// kBf: bfloat16 on the wire, else IEEE binary16.
+template <class T, bool kBf = false>
 uint16_t to_half(T x) {
-  if constexpr (sizeof(T) == 4) {
+  if constexpr (kBf) {
+    if constexpr (sizeof(T) == 4) {
+      return kernels::detail::float_to_bfloat16_scalar(x);
+    } else {
+      return kernels::detail::double_to_bfloat16_scalar(x);
+    }
+  } else if constexpr (sizeof(T) == 4) {
     return kernels::detail::float_to_half_scalar(x);
   } else {
     return kernels::detail::double_to_half_scalar(x);
   }
+}
+
+template <bool kBf = false>
+float from_half(uint16_t h) {
+  return kBf ? kernels::bfloat16_to_float(h) : kernels::half_to_float(h);
 }
 
 template <class T>
@@ -63,7 +76,7 @@ T apply(ReduceOp op, T a, T b) {
 
 // The ring's result, replayed: element i of chunk c leaves rank c as half(x_c);
 // rank c+j adds x_{c+j} in T and sends the half on; the last rank (c-1) rounds.
-template <class T>
+template <class T, bool kBf = false>
 std::vector<T> replay(int64_t count, ReduceOp op, int p) {
   std::vector<std::vector<double>> in(p);
   for (int r = 0; r < p; ++r) in[r] = input(r, count, op);
@@ -73,12 +86,12 @@ std::vector<T> replay(int64_t count, ReduceOp op, int p) {
     const int64_t begin = c * base + std::min<int64_t>(c, extra);
     const int64_t len = base + (c < extra ? 1 : 0);
     for (int64_t i = begin; i < begin + len; ++i) {
-      uint16_t h = to_half(static_cast<T>(in[c][i]));
+      uint16_t h = to_half<T, kBf>(static_cast<T>(in[c][i]));
       for (int j = 1; j < p; ++j) {
-        const T widened = static_cast<T>(kernels::half_to_float(h));
-        h = to_half(apply(op, static_cast<T>(in[(c + j) % p][i]), widened));
+        const T widened = static_cast<T>(from_half<kBf>(h));
+        h = to_half<T, kBf>(apply(op, static_cast<T>(in[(c + j) % p][i]), widened));
       }
-      out[i] = static_cast<T>(kernels::half_to_float(h));
+      out[i] = static_cast<T>(from_half<kBf>(h));
     }
   }
   return out;
@@ -90,10 +103,10 @@ double exact(ReduceOp op, int64_t i, const std::vector<std::vector<double>>& in)
   return acc;
 }
 
-template <class T>
+template <class T, bool kBf = false>
 void check_case(RingAllreduce& ring, ReduceOp op, int64_t count) {
   const World& w = world();
-  const std::string what = std::string(sizeof(T) == 4 ? "float32" : "float64") +
+  const std::string what = std::string(kBf ? "bf16 wire " : "") + (sizeof(T) == 4 ? "float32" : "float64") +
                            " op=" + std::to_string(static_cast<int>(op)) + " count=" + std::to_string(count) +
                            " segment_bytes=" + std::to_string(ring.options().segment_bytes) +
                            " depth=" + std::to_string(ring.options().pipeline_depth);
@@ -102,12 +115,13 @@ void check_case(RingAllreduce& ring, ReduceOp op, int64_t count) {
   for (int64_t i = 0; i < count; ++i) buf[i] = static_cast<T>(mine[i]);
   buf[count] = static_cast<T>(12345.0);  // guard after the data
   const DataType t = sizeof(T) == 4 ? DataType::kFloat32 : DataType::kFloat64;
-  const Status s = ring.run_fp16_wire(count ? buf.data() : nullptr, count, t, op);
+  const Status s = kBf ? ring.run_bf16_wire(count ? buf.data() : nullptr, count, t, op)
+                       : ring.run_fp16_wire(count ? buf.data() : nullptr, count, t, op);
   ASSERT_TRUE(s.ok()) << what << ": " << s.message();
   EXPECT_EQ(buf[count], static_cast<T>(12345.0)) << what << ": wrote past the end";
 
   // 1. Bitwise equal to the replayed ring.
-  const std::vector<T> expected = replay<T>(count, op, w.size);
+  const std::vector<T> expected = replay<T, kBf>(count, op, w.size);
   int64_t first_bad = -1;
   for (int64_t i = 0; i < count && first_bad < 0; ++i) {
     if (std::memcmp(&buf[i], &expected[i], sizeof(T)) != 0) first_bad = i;
@@ -115,17 +129,21 @@ void check_case(RingAllreduce& ring, ReduceOp op, int64_t count) {
   EXPECT_EQ(first_bad, -1) << what << ": got " << (first_bad >= 0 ? buf[first_bad] : 0) << " want "
                            << (first_bad >= 0 ? expected[first_bad] : 0);
 
-  // 2. Within fp16 rounding of the float64 reduction (one rounding per hop,
-  // partial results at most `size` in magnitude); overflowing sums are inf.
+  // 2. Within fp16 (bf16: 8 significant bits, half an ulp 2^-8 relative)
+  // rounding of the float64 reduction (one rounding per hop, partial results
+  // at most `size` in magnitude); sums that overflow fp16 are inf (bf16 has
+  // float32's range: the 40000s stay finite, within 2^-8 of their size).
   std::vector<std::vector<double>> in(w.size);
   for (int r = 0; r < w.size; ++r) in[r] = input(r, count, op);
-  const double tol = (w.size + 1) * w.size * std::ldexp(1.0, -11);
+  const double tol = (w.size + 1) * w.size * std::ldexp(1.0, kBf ? -8 : -11);
   int64_t bad = 0;
   first_bad = -1;
   for (int64_t i = 0; i < count; ++i) {
     const double want = exact(op, i, in);
     const double got = static_cast<double>(buf[i]);
-    const bool ok = std::fabs(want) >= 65520.0 ? got == std::copysign(INFINITY, want) : std::fabs(got - want) <= tol;
+    const bool ok = kBf                          ? std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want))
+                    : std::fabs(want) >= 65520.0 ? got == std::copysign(INFINITY, want)
+                                                 : std::fabs(got - want) <= tol;
     if (!ok) {
       if (first_bad < 0) first_bad = i;
       ++bad;
@@ -141,11 +159,12 @@ void check_case(RingAllreduce& ring, ReduceOp op, int64_t count) {
   EXPECT_TRUE(count == 0 || std::memcmp(root.data(), buf.data(), count * sizeof(T)) == 0) << what << ": ranks differ";
 }
 
+template <bool kBf = false>
 void sweep(RingAllreduce& ring, const std::vector<int64_t>& counts, const std::vector<ReduceOp>& ops) {
   for (ReduceOp op : ops) {
     for (int64_t count : counts) {
-      check_case<float>(ring, op, count);
-      check_case<double>(ring, op, count);
+      check_case<float, kBf>(ring, op, count);
+      check_case<double, kBf>(ring, op, count);
     }
   }
 }
@@ -157,6 +176,19 @@ const std::vector<ReduceOp> kAllOps = {ReduceOp::kSum, ReduceOp::kAverage, Reduc
 TEST(RingFp16Wire, EveryOpAndCountWithDefaultSegments) {
   RingAllreduce ring(wire(world().comm));
   sweep(ring, kCounts, kAllOps);
+}
+
+TEST(RingBf16Wire, EveryOpAndCountWithDefaultAndTinySegments) {
+  RingAllreduce ring(wire(world().comm));
+  sweep<true>(ring, kCounts, kAllOps);
+  RingAllreduceOptions o;
+  o.segment_bytes = 6;  // three bf16 values per segment
+  o.pipeline_depth = 1;
+  RingAllreduce tiny(wire(world().comm), o);
+  sweep<true>(tiny, {1, 5, 17, 1000}, {ReduceOp::kSum, ReduceOp::kMax});
+  // Interleaved with fp16 on the same object: each run uses its own wire.
+  sweep(ring, {17, 1000}, {ReduceOp::kSum});
+  sweep<true>(ring, {17, 1000}, {ReduceOp::kSum});
 }
 
 TEST(RingFp16Wire, TinySegmentsAndOneSlot) {

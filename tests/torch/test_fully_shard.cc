@@ -103,9 +103,10 @@ struct Sharded {
 struct Reference {
   Net net = make_net();
   std::unique_ptr<hvt::DistributedOptimizer> opt;
-  explicit Reference(int passes) {
+  explicit Reference(int passes, hvt::Compression compression = hvt::Compression::kNone) {
     hvt::DistributedOptimizerOptions d;
     d.backward_passes_per_step = passes;
+    d.compression = compression;
     opt = std::make_unique<hvt::DistributedOptimizer>(
         std::make_shared<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01).weight_decay(0.01)),
         net->named_parameters(), d);
@@ -113,10 +114,12 @@ struct Reference {
 };
 
 // Trains both for `steps` steps of `passes` backward passes each; rank
-// `unused_rank` leaves the side branch out.
-void expect_matches_replicated(const FullyShardOptions& o, int passes, int steps, int unused_rank = -1) {
+// `unused_rank` leaves the side branch out. `tol`: relative and absolute (the
+// reference allreduces with o.compression too).
+void expect_matches_replicated(const FullyShardOptions& o, int passes, int steps, int unused_rank = -1,
+                               double tol = 0.0) {
   Sharded s(o);
-  Reference ref(passes);
+  Reference ref(passes, o.compression);
   for (int step = 0; step < steps; ++step) {
     for (int micro = 0; micro < passes; ++micro) {
       auto [x, y] = batch(rank(), step, micro);
@@ -135,7 +138,7 @@ void expect_matches_replicated(const FullyShardOptions& o, int passes, int steps
   for (const auto& item : ref.net->named_parameters()) {
     const torch::Tensor* got = full.find(item.key());
     ASSERT_NE(got, nullptr) << item.key();
-    EXPECT_TRUE(torch::allclose(*got, item.value(), 1e-9, 1e-11))
+    EXPECT_TRUE(torch::allclose(*got, item.value(), tol > 0 ? tol : 1e-9, tol > 0 ? tol : 1e-11))
         << item.key() << " max diff " << (*got - item.value()).abs().max().item<double>();
     EXPECT_TRUE(same_on_all_ranks(*got, "fsdp.check." + item.key())) << item.key();
   }
@@ -145,6 +148,17 @@ TEST(FullyShard, MatchesReplicatedAdamReshardAfterForward) {
   FullyShardOptions o;
   o.reshard_after_forward = true;
   expect_matches_replicated(o, 1, 4);
+}
+
+// fp16 / bf16 reducescatters against DistributedOptimizer's fp16 / bf16
+// allreduce: rounded at different points; bf16 has 8 significant bits: 2e-2.
+TEST(FullyShard, CompressedGradientsAreCloseToReplicated) {
+  for (hvt::Compression c : {hvt::Compression::kFp16, hvt::Compression::kBf16}) {
+    SCOPED_TRACE(compression_name(c));
+    FullyShardOptions o;
+    o.compression = c;
+    expect_matches_replicated(o, 1, 3, -1, 2e-2);
+  }
 }
 
 TEST(FullyShard, MatchesReplicatedAdamKeptUntilBackward) {

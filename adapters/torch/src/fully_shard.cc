@@ -121,8 +121,9 @@ FullyShardedModule::FullyShardedModule(std::shared_ptr<::torch::nn::Module> unit
   check_argument(unit_ != nullptr, what + ": the module is null");
   check_argument(options_.op == ReduceOp::kAverage || options_.op == ReduceOp::kSum,
                  what + ": op must be Average or Sum, got " + reduce_op_name(options_.op));
-  check_argument(options_.compression == Compression::kNone || options_.compression == Compression::kFp16,
-                 what + ": compression must be kNone or kFp16");
+  check_argument(options_.compression == Compression::kNone || options_.compression == Compression::kFp16 ||
+                     options_.compression == Compression::kBf16,
+                 what + ": compression must be kNone, kFp16 or kBf16");
   check_argument(options_.max_inflight_bytes >= 0,
                  what + ": max_inflight_bytes must be >= 0, got " + std::to_string(options_.max_inflight_bytes));
   const ProcessSet& ps = options_.process_set;
@@ -432,7 +433,8 @@ void FullyShardedModule::send(Param& p, const at::Tensor& grad) {
   at::Tensor flat = grad.detach().reshape({-1});
   const int64_t total = p.chunk * n_;
   if (total > p.numel) flat = at::cat({flat, at::zeros({total - p.numel}, flat.options())});
-  if (options_.compression == Compression::kFp16 && flat.scalar_type() != at::kHalf) flat = flat.to(at::kHalf);
+  const at::ScalarType wire = shard_layout::compression_wire_type(options_.compression, flat.scalar_type());
+  if (wire != flat.scalar_type()) flat = flat.to(wire);
   ReducescatterOptions ro;
   ro.op = options_.op;
   ro.process_set = options_.process_set;

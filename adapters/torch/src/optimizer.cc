@@ -141,7 +141,7 @@ void DistributedOptimizer::start_allreduce(Param& p) {
     ar.prescale_factor = 1.0 / options_.gradient_predivide_factor;
     ar.postscale_factor = options_.gradient_predivide_factor;
   }
-  // fp16 compression happens inside the core: float32/float64 gradients are
+  // fp16/bf16 compression happens inside the core: float32/float64 gradients are
   // converted while being packed into the fusion buffer and restored on the way
   // out, with no extra tensor per gradient.
   ar.compression = options_.compression;

@@ -9,11 +9,23 @@
 #include <utility>
 #include <vector>
 
+#include "horovodlite/common.h"
 #include "horovodlite/process_set.h"
 
 namespace horovodlite {
 namespace torch {
 namespace shard_layout {
+
+// The dtype a floating gradient of `dtype` is reducescattered in under
+// `compression` (the sharded optimizers cast it: the core compresses only
+// allreduces): kHalf for kFp16, kBFloat16 for kBf16; `dtype` itself for kNone
+// and for tensors that are not floating point.
+inline at::ScalarType compression_wire_type(Compression compression, at::ScalarType dtype) {
+  if (!at::isFloatingType(dtype)) return dtype;
+  if (compression == Compression::kFp16) return at::kHalf;
+  if (compression == Compression::kBf16) return at::kBFloat16;
+  return dtype;
+}
 
 // Per set rank, its parameters' (signature, name), in order.
 using Signatures = std::vector<std::vector<std::pair<std::string, std::string>>>;

@@ -282,8 +282,9 @@ void ZeroRedundancyOptimizer::init(const ParamGroups& groups, const std::vector<
                                                              std::to_string(options_.backward_passes_per_step));
   check_argument(options_.op == ReduceOp::kAverage || options_.op == ReduceOp::kSum,
                  what + ": op must be Average or Sum, got " + reduce_op_name(options_.op));
-  check_argument(options_.compression == Compression::kNone || options_.compression == Compression::kFp16,
-                 what + ": compression must be kNone or kFp16");
+  check_argument(options_.compression == Compression::kNone || options_.compression == Compression::kFp16 ||
+                     options_.compression == Compression::kBf16,
+                 what + ": compression must be kNone, kFp16 or kBf16");
   check_argument(options_.max_inflight_bytes >= 0,
                  what + ": max_inflight_bytes must be >= 0, got " + std::to_string(options_.max_inflight_bytes));
   check_argument(static_cast<bool>(make), what + ": the function that makes the optimizer is empty");
@@ -470,10 +471,8 @@ void ZeroRedundancyOptimizer::send(Shard& sh) {
   }
   // The collective keeps its input until the core has reduced it.
   if (options_.stage == 2) sh.param.mutable_grad() = at::Tensor();
-  if (options_.compression == Compression::kFp16 && at::isFloatingType(flat.scalar_type()) &&
-      flat.scalar_type() != at::kHalf) {
-    flat = flat.to(at::kHalf);
-  }
+  const at::ScalarType wire = shard_layout::compression_wire_type(options_.compression, flat.scalar_type());
+  if (wire != flat.scalar_type()) flat = flat.to(wire);
   ReducescatterOptions ro;
   ro.op = options_.op;
   ro.process_set = options_.process_set;

@@ -18,7 +18,8 @@ struct BuildInfo {
   int cuda_runtime_version = 0;      // CUDART_VERSION built against (12040 = 12.4); 0 without CUDA
   bool gloo = false;                 // the Gloo TCP transport (gloo_built())
   int nccl_version = 0;              // e.g. 22809 for 2.28.9; 0 without NCCL
-  bool cpu_avx2_f16c = false;        // reductions and fp16 conversions use the AVX2/F16C kernels here
+  bool cpu_avx2_f16c = false;        // reductions and fp16/bf16 conversions use the AVX2/F16C kernels here
+  std::string compressions;          // the allreduce wire compressions: "fp16,bf16"
   int64_t ring_threshold_bytes = 0;  // defaults of HOROVODLITE_RING_THRESHOLD and
   int64_t ring_segment_bytes = 0;    //   HOROVODLITE_RING_SEGMENT_BYTES
 };

@@ -43,8 +43,12 @@ const char* reduce_op_name(ReduceOp op);
 // How an allreduce travels on the wire. kFp16: float32/float64 tensors are
 // converted to IEEE fp16 while being packed, reduced in fp16 and converted back
 // while being unpacked (values beyond +-65504 become +-inf); other dtypes are sent
-// as they are.
-enum class Compression : uint8_t { kNone = 0, kFp16 = 1 };
+// as they are. kBf16: the same with bfloat16 (float32's range, 8 significant
+// bits: about 3 decimal digits, no overflow where float32 has none); float16
+// and bfloat16 tensors travel as they are, other dtypes are refused.
+enum class Compression : uint8_t { kNone = 0, kFp16 = 1, kBf16 = 2 };
+// "none", "fp16", "bf16".
+const char* compression_name(Compression c);
 
 // Where a tensor lives. device < 0 is host memory, >= 0 a CUDA device ordinal.
 constexpr int kCpuDevice = -1;

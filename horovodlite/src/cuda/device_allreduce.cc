@@ -30,15 +30,15 @@ bool DeviceAllreduce::enabled(const Response& r) const {
 Status DeviceAllreduce::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const Response& r = args.response;
   const std::vector<TensorEntry*>& entries = args.entries;
-  const bool fp16 = fp16_compressed(r);
-  const DataType wire = fp16 ? DataType::kFloat16 : r.dtype;
+  const bool compressed = wire16_compressed(r);
+  const DataType wire = wire_dtype(r);
   const size_t welem = dtype_size(wire);
   const int64_t total = total_elements(r);
   const ReduceOp op = effective_op(r.reduce_op);
   const double pre = r.prescale, post = effective_postscale(r, ctx().world().size());
   cudaStream_t stream = ctx().stream();
 
-  if (!fp16 && entries.size() == 1 && entries[0] != nullptr && granularity() == 1) {
+  if (!compressed && entries.size() == 1 && entries[0] != nullptr && granularity() == 1) {
     // One tensor: reduce in the output itself, no trip through the fusion buffer.
     TensorEntry& e = *entries[0];
     void* out = e.output.data;
@@ -67,13 +67,13 @@ Status DeviceAllreduce::enqueue(const OpArgs& args, OpOutputs* outputs) {
   const std::vector<CopyTask> in = layout.pack(entries, buf, welem, &zeros);
   for (const auto& z : zeros) HVL_CUDA_CHECK(cudaMemsetAsync(z.first, 0, z.second, stream));
   const int nin = static_cast<int>(in.size());
-  HVL_CUDA_CHECK(fp16 ? batched_to_half(in.data(), nin, r.dtype, pre, stream)
-                      : batched_scale_copy(in.data(), nin, r.dtype, pre, stream));
+  HVL_CUDA_CHECK(compressed ? batched_to_half(in.data(), nin, r.dtype, pre, stream, wire)
+                            : batched_scale_copy(in.data(), nin, r.dtype, pre, stream));
   HVL_RETURN_IF_ERROR(reduce(buf, layout.elements(), wire, op));
   const std::vector<CopyTask> out = layout.unpack(entries, buf, welem);
   const int nout = static_cast<int>(out.size());
-  HVL_CUDA_CHECK(fp16 ? batched_from_half(out.data(), nout, r.dtype, post, stream)
-                      : batched_scale_copy(out.data(), nout, r.dtype, post, stream));
+  HVL_CUDA_CHECK(compressed ? batched_from_half(out.data(), nout, r.dtype, post, stream, wire)
+                            : batched_scale_copy(out.data(), nout, r.dtype, post, stream));
   *outputs = outputs_in_place(entries);
   return Status::OK();
 }

@@ -1,7 +1,7 @@
 // Allreduce of device tensors: the base of every device allreduce algorithm
 // (flat NCCL, hierarchical NCCL + MPI, host-staged). enqueue() is shared: a single
 // tensor is reduced in its output; fused tensors are packed into the device
-// fusion buffer with batched scaling (or fp16-casting) kernels, reduced and
+// fusion buffer with batched scaling (or fp16/bf16-casting) kernels, reduced and
 // unpacked. An algorithm implements only the buffer-level reduce().
 #pragma once
 
@@ -16,7 +16,7 @@ class DeviceAllreduce : public DeviceAlgorithm {
  public:
   using DeviceAlgorithm::DeviceAlgorithm;
 
-  // Asks accepts() with the dtype and bytes that travel (fp16 with compression).
+  // Asks accepts() with the dtype and bytes that travel (fp16 or bf16 with compression).
   bool enabled(const Response& response) const final;
 
   // ---- what an algorithm implements ----

@@ -35,6 +35,7 @@ struct Tag {};
 __device__ inline float to_math(__half x, Tag<float>) { return __half2float(x); }
 __device__ inline double to_math(__half x, Tag<double>) { return static_cast<double>(__half2float(x)); }
 __device__ inline float to_math(__nv_bfloat16 x, Tag<float>) { return __bfloat162float(x); }
+__device__ inline double to_math(__nv_bfloat16 x, Tag<double>) { return static_cast<double>(__bfloat162float(x)); }
 template <class T, class M>
 __device__ inline M to_math(T x, Tag<M>) {
   return static_cast<M>(x);
@@ -43,6 +44,7 @@ __device__ inline M to_math(T x, Tag<M>) {
 __device__ inline void from_math(float m, __half* out) { *out = __float2half_rn(m); }
 __device__ inline void from_math(double m, __half* out) { *out = __double2half(m); }
 __device__ inline void from_math(float m, __nv_bfloat16* out) { *out = __float2bfloat16_rn(m); }
+__device__ inline void from_math(double m, __nv_bfloat16* out) { *out = __double2bfloat16(m); }
 __device__ inline void from_math(float m, float* out) { *out = m; }
 __device__ inline void from_math(double m, double* out) { *out = m; }
 // double -> integer: truncation toward zero, saturated, NaN -> 0 (as the host kernels).
@@ -210,19 +212,39 @@ cudaError_t scale(void* buf, int64_t count, DataType dtype, double factor, cudaS
   return batched_scale_copy(&t, 1, dtype, factor, stream);
 }
 
-cudaError_t batched_to_half(const CopyTask* tasks, int n, DataType src_dtype, double factor, cudaStream_t stream) {
+namespace {
+
+template <class H>
+cudaError_t to_16bit(const CopyTask* tasks, int n, DataType src_dtype, double factor, cudaStream_t stream) {
   if (src_dtype == DataType::kFloat32) {
-    return launch_convert<float, __half, float>(tasks, n, static_cast<float>(factor), stream);
+    return launch_convert<float, H, float>(tasks, n, static_cast<float>(factor), stream);
   }
-  if (src_dtype == DataType::kFloat64) return launch_convert<double, __half, double>(tasks, n, factor, stream);
+  if (src_dtype == DataType::kFloat64) return launch_convert<double, H, double>(tasks, n, factor, stream);
   return cudaErrorInvalidValue;
 }
 
-cudaError_t batched_from_half(const CopyTask* tasks, int n, DataType dst_dtype, double factor, cudaStream_t stream) {
+template <class H>
+cudaError_t from_16bit(const CopyTask* tasks, int n, DataType dst_dtype, double factor, cudaStream_t stream) {
   if (dst_dtype == DataType::kFloat32) {
-    return launch_convert<__half, float, float>(tasks, n, static_cast<float>(factor), stream);
+    return launch_convert<H, float, float>(tasks, n, static_cast<float>(factor), stream);
   }
-  if (dst_dtype == DataType::kFloat64) return launch_convert<__half, double, double>(tasks, n, factor, stream);
+  if (dst_dtype == DataType::kFloat64) return launch_convert<H, double, double>(tasks, n, factor, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t batched_to_half(const CopyTask* tasks, int n, DataType src_dtype, double factor, cudaStream_t stream,
+                            DataType wire) {
+  if (wire == DataType::kBFloat16) return to_16bit<__nv_bfloat16>(tasks, n, src_dtype, factor, stream);
+  if (wire == DataType::kFloat16) return to_16bit<__half>(tasks, n, src_dtype, factor, stream);
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t batched_from_half(const CopyTask* tasks, int n, DataType dst_dtype, double factor, cudaStream_t stream,
+                              DataType wire) {
+  if (wire == DataType::kBFloat16) return from_16bit<__nv_bfloat16>(tasks, n, dst_dtype, factor, stream);
+  if (wire == DataType::kFloat16) return from_16bit<__half>(tasks, n, dst_dtype, factor, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -30,11 +30,14 @@ cudaError_t batched_scale_copy(const CopyTask* tasks, int n, DataType dtype, dou
 // In place: buf = buf * factor.
 cudaError_t scale(void* buf, int64_t count, DataType dtype, double factor, cudaStream_t stream);
 
-// fp16 compression: dst (fp16) = half(src * factor), src float32 or float64 (scaled
-// in its own precision before the conversion, so a prescale can keep values in range).
-cudaError_t batched_to_half(const CopyTask* tasks, int n, DataType src_dtype, double factor, cudaStream_t stream);
-// dst (float32 or float64) = float(src fp16) * factor, scaled in dst's precision.
-cudaError_t batched_from_half(const CopyTask* tasks, int n, DataType dst_dtype, double factor, cudaStream_t stream);
+// fp16/bf16 compression: dst (`wire`: kFloat16 or kBFloat16) = half(src * factor),
+// src float32 or float64 (scaled in its own precision before the conversion, so a
+// prescale can keep values in range).
+cudaError_t batched_to_half(const CopyTask* tasks, int n, DataType src_dtype, double factor, cudaStream_t stream,
+                            DataType wire = DataType::kFloat16);
+// dst (float32 or float64) = float(src fp16 or bf16) * factor, scaled in dst's precision.
+cudaError_t batched_from_half(const CopyTask* tasks, int n, DataType dst_dtype, double factor, cudaStream_t stream,
+                              DataType wire = DataType::kFloat16);
 
 }  // namespace cuda
 }  // namespace horovodlite

@@ -24,11 +24,12 @@ __attribute__((target("avx2,f16c"))) inline void half8_store(uint16_t* p, __m256
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-__attribute__((target("avx2,f16c"))) inline __m256 bf8_load(const uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+// bfloat16: the upper half of a float; rounding to nearest even adds 0x7fff
+// plus the kept lowest bit, and a NaN keeps its top bits with the quiet bit set.
+__attribute__((target("avx2,f16c"))) inline __m256 bf8_unpack(__m128i b) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
 }
-__attribute__((target("avx2,f16c"))) inline void bf8_store(uint16_t* p, __m256 f) {
+__attribute__((target("avx2,f16c"))) inline __m128i bf8_pack(__m256 f) {
   const __m256i x = _mm256_castps_si256(f);
   const __m256i hi = _mm256_srli_epi32(x, 16);
   const __m256i odd = _mm256_and_si256(hi, _mm256_set1_epi32(1));
@@ -36,18 +37,29 @@ __attribute__((target("avx2,f16c"))) inline void bf8_store(uint16_t* p, __m256 f
   const __m256i quiet_nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
   const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
   r = _mm256_blendv_epi8(r, quiet_nan, is_nan);
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+}
+__attribute__((target("avx2,f16c"))) inline __m256 bf8_load(const uint16_t* p) {
+  return bf8_unpack(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+__attribute__((target("avx2,f16c"))) inline void bf8_store(uint16_t* p, __m256 f) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bf8_pack(f));
 }
 
 // The two as types, for kernels templated on the 16-bit format.
 struct HalfIo {
   __attribute__((target("avx2,f16c"))) static __m256 load(const uint16_t* p) { return half8_load(p); }
   __attribute__((target("avx2,f16c"))) static void store(uint16_t* p, __m256 f) { half8_store(p, f); }
+  __attribute__((target("avx2,f16c"))) static __m128i pack(__m256 f) {
+    return _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  __attribute__((target("avx2,f16c"))) static __m256 unpack(__m128i h) { return _mm256_cvtph_ps(h); }
 };
 struct BfIo {
   __attribute__((target("avx2,f16c"))) static __m256 load(const uint16_t* p) { return bf8_load(p); }
   __attribute__((target("avx2,f16c"))) static void store(uint16_t* p, __m256 f) { bf8_store(p, f); }
+  __attribute__((target("avx2,f16c"))) static __m128i pack(__m256 f) { return bf8_pack(f); }
+  __attribute__((target("avx2,f16c"))) static __m256 unpack(__m128i b) { return bf8_unpack(b); }
 };
 
 }  // namespace

@@ -16,12 +16,15 @@ namespace kernels {
 // before the conversion, so that a predivide factor can keep large values
 // within the fp16 range. Needs no allocation (the scaled values go through a
 // chunk on the stack).
-void to_half_scaled_n(uint16_t* dst, const void* src, int64_t count, DataType dtype, double factor);
+void to_half_scaled_n(uint16_t* dst, const void* src, int64_t count, DataType dtype, double factor,
+                      DataType wire = DataType::kFloat16);
 
 // dst[i] = widen(half(widen(src[i]) * factor)), dst float32 or float64: the
 // factor is applied in fp16 precision, as Horovod scales its fp16 buffers, so
-// the result is an fp16 value (kernels/reduce.h, scale_as_half).
-void from_half_scaled_n(void* dst, const uint16_t* src, int64_t count, DataType dtype, double factor);
+// the result is an fp16 value (kernels/reduce.h, scale_as_half). `wire`:
+// kFloat16 or kBFloat16 (bf16 compression), as in kernels/reduce.h.
+void from_half_scaled_n(void* dst, const uint16_t* src, int64_t count, DataType dtype, double factor,
+                        DataType wire = DataType::kFloat16);
 
 }  // namespace kernels
 }  // namespace horovodlite

@@ -114,6 +114,17 @@ inline uint16_t float_to_bfloat16_scalar(float f) {
 
 inline float bfloat16_to_float_scalar(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
+// Direct double -> bfloat16 with a single rounding: to float rounded to odd
+// (exact values stay exact; an inexact one gets its last bit set, which keeps
+// the sticky information), then to nearest even, as the half conversion does.
+inline uint16_t double_to_bfloat16_scalar(double d) {
+  const float f = static_cast<float>(d);
+  if (d != d || static_cast<double>(f) == d) return float_to_bfloat16_scalar(f);
+  uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) == 0x7f800000u || (f < 0 ? f < d : f > d)) --x;  // rounded away from zero: one ulp back
+  return float_to_bfloat16_scalar(bits_float(x | 1u));
+}
+
 }  // namespace detail
 
 // The factor a float16 (bfloat16) tensor is scaled by on a GPU (prescale,

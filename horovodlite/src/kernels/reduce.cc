@@ -147,24 +147,40 @@ void scale_16(void* dst, const void* src, int64_t n, float factor) {
   for (int64_t i = 0; i < n; ++i) d[i] = FromFloat(ToFloat(s[i]) * factor);
 }
 
-// fp16 wire: dst (float or double) (op)= widen(src), optionally rounded to
-// half and/or written out as half. Element by element, so out == src is fine.
-template <class T>
-inline uint16_t to_half(T x) {
-  if constexpr (std::is_same_v<T, float>) {
+// 16-bit wire: dst (float or double) (op)= widen(src), optionally rounded to
+// the wire type and/or written out in it. Element by element, so out == src is
+// fine. kBf: bfloat16 on the wire, else IEEE binary16.
+template <class T, bool kBf>
+inline uint16_t to_wire(T x) {
+  if constexpr (kBf) {
+    if constexpr (std::is_same_v<T, float>) {
+      return float_to_bfloat16_scalar(x);
+    } else {
+      return double_to_bfloat16_scalar(x);
+    }
+  } else if constexpr (std::is_same_v<T, float>) {
     return float_to_half_scalar(x);
   } else {
     return double_to_half_scalar(x);
   }
 }
 
-template <class T, bool kRound, bool kOut, class F>
+template <bool kBf>
+inline float from_wire(uint16_t h) {
+  if constexpr (kBf) {
+    return bfloat16_to_float_scalar(h);
+  } else {
+    return half_to_float_scalar(h);
+  }
+}
+
+template <class T, bool kBf, bool kRound, bool kOut, class F>
 void reduce_half_loop(T* d, const T* a, const uint16_t* s, uint16_t* out, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) {
-    const T r = f(a[i], static_cast<T>(half_to_float_scalar(s[i])));
+    const T r = f(a[i], static_cast<T>(from_wire<kBf>(s[i])));
     if constexpr (kRound || kOut) {
-      const uint16_t h = to_half(r);
-      d[i] = kRound ? static_cast<T>(half_to_float_scalar(h)) : r;
+      const uint16_t h = to_wire<T, kBf>(r);
+      d[i] = kRound ? static_cast<T>(from_wire<kBf>(h)) : r;
       if constexpr (kOut) out[i] = h;
     } else {
       d[i] = r;
@@ -172,17 +188,17 @@ void reduce_half_loop(T* d, const T* a, const uint16_t* s, uint16_t* out, int64_
   }
 }
 
-template <class T, class F>
+template <class T, bool kBf, class F>
 void reduce_half_modes(T* d, const T* a, const uint16_t* s, uint16_t* out, int64_t n, bool round, F f) {
   if (round) {
-    if (out) return reduce_half_loop<T, true, true>(d, a, s, out, n, f);
-    return reduce_half_loop<T, true, false>(d, a, s, out, n, f);
+    if (out) return reduce_half_loop<T, kBf, true, true>(d, a, s, out, n, f);
+    return reduce_half_loop<T, kBf, true, false>(d, a, s, out, n, f);
   }
-  if (out) return reduce_half_loop<T, false, true>(d, a, s, out, n, f);
-  return reduce_half_loop<T, false, false>(d, a, s, out, n, f);
+  if (out) return reduce_half_loop<T, kBf, false, true>(d, a, s, out, n, f);
+  return reduce_half_loop<T, kBf, false, false>(d, a, s, out, n, f);
 }
 
-template <class T>
+template <class T, bool kBf>
 void reduce_half_typed(void* dst, const void* src_a, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op,
                        bool round) {
   T* d = static_cast<T*>(dst);
@@ -190,13 +206,13 @@ void reduce_half_typed(void* dst, const void* src_a, const uint16_t* s, uint16_t
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-      return reduce_half_modes(d, a, s, out, n, round, op_sum<T>);
+      return reduce_half_modes<T, kBf>(d, a, s, out, n, round, op_sum<T>);
     case ReduceOp::kMin:
-      return reduce_half_modes(d, a, s, out, n, round, op_min<T>);
+      return reduce_half_modes<T, kBf>(d, a, s, out, n, round, op_min<T>);
     case ReduceOp::kMax:
-      return reduce_half_modes(d, a, s, out, n, round, op_max<T>);
+      return reduce_half_modes<T, kBf>(d, a, s, out, n, round, op_max<T>);
     case ReduceOp::kProduct:
-      return reduce_half_modes(d, a, s, out, n, round, op_product<T>);
+      return reduce_half_modes<T, kBf>(d, a, s, out, n, round, op_product<T>);
     default:
       return;
   }
@@ -205,10 +221,17 @@ void reduce_half_typed(void* dst, const void* src_a, const uint16_t* s, uint16_t
 }  // namespace
 
 void scalar_reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                        ReduceOp op, bool round_dst) {
+                        ReduceOp op, bool round_dst, DataType wire) {
   if (count <= 0) return;
-  if (dtype == DataType::kFloat32) return reduce_half_typed<float>(dst, a, src, out, count, op, round_dst);
-  if (dtype == DataType::kFloat64) return reduce_half_typed<double>(dst, a, src, out, count, op, round_dst);
+  const bool bf = wire == DataType::kBFloat16;
+  if (dtype == DataType::kFloat32) {
+    return bf ? reduce_half_typed<float, true>(dst, a, src, out, count, op, round_dst)
+              : reduce_half_typed<float, false>(dst, a, src, out, count, op, round_dst);
+  }
+  if (dtype == DataType::kFloat64) {
+    return bf ? reduce_half_typed<double, true>(dst, a, src, out, count, op, round_dst)
+              : reduce_half_typed<double, false>(dst, a, src, out, count, op, round_dst);
+  }
 }
 
 void scalar_reduce(void* dst, const void* a, const void* src, int64_t count, DataType dtype, ReduceOp op) {
@@ -282,6 +305,22 @@ void scalar_double_to_half_n(uint16_t* dst, const double* src, int64_t count) {
 
 void scalar_half_to_double_n(double* dst, const uint16_t* src, int64_t count) {
   for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<double>(half_to_float_scalar(src[i]));
+}
+
+void scalar_float_to_bfloat16_n(uint16_t* dst, const float* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = float_to_bfloat16_scalar(src[i]);
+}
+
+void scalar_bfloat16_to_float_n(float* dst, const uint16_t* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = bfloat16_to_float_scalar(src[i]);
+}
+
+void scalar_double_to_bfloat16_n(uint16_t* dst, const double* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = double_to_bfloat16_scalar(src[i]);
+}
+
+void scalar_bfloat16_to_double_n(double* dst, const uint16_t* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<double>(bfloat16_to_float_scalar(src[i]));
 }
 
 }  // namespace detail
@@ -376,19 +415,55 @@ void half_to_double_n(double* dst, const uint16_t* src, int64_t count) {
   detail::scalar_half_to_double_n(dst, src, count);
 }
 
-void to_half_n(uint16_t* out, const void* src, int64_t count, DataType dtype) {
-  if (count <= 0) return;
-  if (dtype == DataType::kFloat32) return float_to_half_n(out, static_cast<const float*>(src), count);
-  if (dtype == DataType::kFloat64) return double_to_half_n(out, static_cast<const double*>(src), count);
+void float_to_bfloat16_n(uint16_t* dst, const float* src, int64_t count) {
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_float_to_bfloat16_n(dst, src, count);
+#endif
+  detail::scalar_float_to_bfloat16_n(dst, src, count);
 }
 
-void from_half_n(void* dst, const uint16_t* src, int64_t count, DataType dtype) {
-  if (count <= 0) return;
-  if (dtype == DataType::kFloat32) return half_to_float_n(static_cast<float*>(dst), src, count);
-  if (dtype == DataType::kFloat64) return half_to_double_n(static_cast<double*>(dst), src, count);
+void bfloat16_to_float_n(float* dst, const uint16_t* src, int64_t count) {
+#if HVL_KERNELS_X86
+  if (cpu_has_avx2_f16c()) return detail::avx2_bfloat16_to_float_n(dst, src, count);
+#endif
+  detail::scalar_bfloat16_to_float_n(dst, src, count);
 }
 
-void scale_as_half(void* buf, int64_t count, DataType dtype, double factor) {
+void double_to_bfloat16_n(uint16_t* dst, const double* src, int64_t count) {
+  detail::scalar_double_to_bfloat16_n(dst, src, count);
+}
+
+void bfloat16_to_double_n(double* dst, const uint16_t* src, int64_t count) {
+  detail::scalar_bfloat16_to_double_n(dst, src, count);
+}
+
+void to_half_n(uint16_t* out, const void* src, int64_t count, DataType dtype, DataType wire) {
+  if (count <= 0) return;
+  const bool bf = wire == DataType::kBFloat16;
+  if (dtype == DataType::kFloat32) {
+    const auto* f = static_cast<const float*>(src);
+    return bf ? float_to_bfloat16_n(out, f, count) : float_to_half_n(out, f, count);
+  }
+  if (dtype == DataType::kFloat64) {
+    const auto* d = static_cast<const double*>(src);
+    return bf ? double_to_bfloat16_n(out, d, count) : double_to_half_n(out, d, count);
+  }
+}
+
+void from_half_n(void* dst, const uint16_t* src, int64_t count, DataType dtype, DataType wire) {
+  if (count <= 0) return;
+  const bool bf = wire == DataType::kBFloat16;
+  if (dtype == DataType::kFloat32) {
+    auto* f = static_cast<float*>(dst);
+    return bf ? bfloat16_to_float_n(f, src, count) : half_to_float_n(f, src, count);
+  }
+  if (dtype == DataType::kFloat64) {
+    auto* d = static_cast<double*>(dst);
+    return bf ? bfloat16_to_double_n(d, src, count) : half_to_double_n(d, src, count);
+  }
+}
+
+void scale_as_half(void* buf, int64_t count, DataType dtype, double factor, DataType wire) {
   if (factor == 1.0 || count <= 0) return;
   if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) return scale(buf, count, dtype, factor);
   constexpr int64_t kChunk = 1024;
@@ -399,31 +474,31 @@ void scale_as_half(void* buf, int64_t count, DataType dtype, double factor) {
     const int64_t n = std::min(kChunk, count - done);
     void* chunk = p + done * esize;
     scale(chunk, n, dtype, factor);
-    to_half_n(half, chunk, n, dtype);
-    from_half_n(chunk, half, n, dtype);
+    to_half_n(half, chunk, n, dtype, wire);
+    from_half_n(chunk, half, n, dtype, wire);
   }
 }
 
-void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype) {
+void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype, DataType wire) {
   if (count <= 0) return;
 #if HVL_KERNELS_X86
-  if (cpu_has_avx2_f16c()) return detail::avx2_from_half_n_streaming(dst, src, count, dtype);
+  if (cpu_has_avx2_f16c()) return detail::avx2_from_half_n_streaming(dst, src, count, dtype, wire);
 #endif
-  from_half_n(dst, src, count, dtype);
+  from_half_n(dst, src, count, dtype, wire);
 }
 
 void reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                 ReduceOp op, bool round_dst) {
+                 ReduceOp op, bool round_dst, DataType wire) {
   if (count <= 0) return;
 #if HVL_KERNELS_X86
-  if (cpu_has_avx2_f16c()) return detail::avx2_reduce_half(dst, a, src, out, count, dtype, op, round_dst);
+  if (cpu_has_avx2_f16c()) return detail::avx2_reduce_half(dst, a, src, out, count, dtype, op, round_dst, wire);
 #endif
-  detail::scalar_reduce_half(dst, a, src, out, count, dtype, op, round_dst);
+  detail::scalar_reduce_half(dst, a, src, out, count, dtype, op, round_dst, wire);
 }
 
 void reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype, ReduceOp op,
-                      bool round_dst) {
-  reduce_half(dst, dst, src, out, count, dtype, op, round_dst);
+                      bool round_dst, DataType wire) {
+  reduce_half(dst, dst, src, out, count, dtype, op, round_dst, wire);
 }
 
 }  // namespace kernels

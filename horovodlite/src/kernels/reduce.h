@@ -56,9 +56,11 @@ void half_to_float_n(float* dst, const uint16_t* src, int64_t count);
 void double_to_half_n(uint16_t* dst, const double* src, int64_t count);
 void half_to_double_n(double* dst, const uint16_t* src, int64_t count);
 
-// fp16-on-the-wire kernels: a float32 or float64 buffer (dtype kFloat32 or
-// kFloat64; any other dtype is a no-op) exchanged as IEEE binary16. Rounding to
-// half follows the rules above (double rounds once, not via float).
+// 16-bit-on-the-wire kernels: a float32 or float64 buffer (dtype kFloat32 or
+// kFloat64; any other dtype is a no-op) exchanged as 16-bit values of type
+// `wire`: kFloat16 (IEEE binary16, fp16 compression) or kBFloat16 (bf16
+// compression). Rounding follows the rules above (double rounds once, not via
+// float, for both). The "half" in the names is the 16-bit wire value.
 // to_half_n:   out[i] = half(src[i]).
 // from_half_n: dst[i] = widen(src[i]) (exact).
 // reduce_half_into: dst[i] = dst[i] (op) widen(src[i]), computed in dst's type;
@@ -66,21 +68,29 @@ void half_to_double_n(double* dst, const uint16_t* src, int64_t count);
 //   exactly what a receiver of the half gets); then, if `out` is non-null,
 //   out[i] = half(dst[i]). `out` may equal `src` (in place) but must not
 //   overlap it otherwise. Average reduces as Sum.
-void to_half_n(uint16_t* out, const void* src, int64_t count, DataType dtype);
-void from_half_n(void* dst, const uint16_t* src, int64_t count, DataType dtype);
+void to_half_n(uint16_t* out, const void* src, int64_t count, DataType dtype, DataType wire = DataType::kFloat16);
+void from_half_n(void* dst, const uint16_t* src, int64_t count, DataType dtype, DataType wire = DataType::kFloat16);
 // Same values as from_half_n, stored with non-temporal (streaming) stores on
 // the vector path: for large destinations that will not be read again soon.
-void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype);
-// buf[i] = widen(half(buf[i] * factor)): a result scaled in fp16 precision, as
-// Horovod scales its fp16 buffers (Average's division, a postscale), so that
-// fp16-compressed results are the fp16 values Horovod returns. factor 1: no-op.
-void scale_as_half(void* buf, int64_t count, DataType dtype, double factor);
+void from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype,
+                           DataType wire = DataType::kFloat16);
+// buf[i] = widen(half(buf[i] * factor)): a result scaled in the wire type's
+// precision, as Horovod scales its fp16 buffers (Average's division, a
+// postscale), so that fp16-compressed results are the fp16 values Horovod
+// returns (and bf16-compressed ones bf16 values). factor 1: no-op.
+void scale_as_half(void* buf, int64_t count, DataType dtype, double factor, DataType wire = DataType::kFloat16);
 void reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype, ReduceOp op,
-                      bool round_dst);
+                      bool round_dst, DataType wire = DataType::kFloat16);
 // The same with the accumulator read from `a` (float32/float64 like dst):
 // dst[i] = a[i] (op) widen(src[i]), then as above. dst may be a.
 void reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                 ReduceOp op, bool round_dst);
+                 ReduceOp op, bool round_dst, DataType wire = DataType::kFloat16);
+
+// float32/float64 <-> bfloat16 arrays (the bf16 twins of float_to_half_n & co.).
+void float_to_bfloat16_n(uint16_t* dst, const float* src, int64_t count);
+void bfloat16_to_float_n(float* dst, const uint16_t* src, int64_t count);
+void double_to_bfloat16_n(uint16_t* dst, const double* src, int64_t count);
+void bfloat16_to_double_n(double* dst, const uint16_t* src, int64_t count);
 
 // Whether the vectorised AVX2/F16C paths are in use on this CPU.
 bool cpu_has_avx2_f16c();

@@ -293,21 +293,22 @@ inline __m128 pd_to_ps_round_odd(__m256d x) {
   return _mm_castsi128_ps(bits);
 }
 
-// ---- fp16 wire: float/double accumulator, half on the wire ----
+// ---- 16-bit wire: float/double accumulator, half (Io = HalfIo) or bfloat16
+// (Io = BfIo) on the wire ----
 
-// float: 8 lanes per step. Each step reads its 8 halves before writing its
+// float: 8 lanes per step. Each step reads its 8 wire values before writing its
 // 8 outputs, so out == src is fine.
-template <class Op, bool kRound, bool kOut>
+template <class Io, class Op, bool kRound, bool kOut>
 void reduce_half_f32(float* d, const float* a, const uint16_t* s, uint16_t* out, int64_t n, int64_t* done) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 r0 = Op::apply(_mm256_loadu_ps(a + i), half8_load(s + i));
-    const __m256 r1 = Op::apply(_mm256_loadu_ps(a + i + 8), half8_load(s + i + 8));
+    const __m256 r0 = Op::apply(_mm256_loadu_ps(a + i), Io::load(s + i));
+    const __m256 r1 = Op::apply(_mm256_loadu_ps(a + i + 8), Io::load(s + i + 8));
     if constexpr (kRound || kOut) {
-      const __m128i h0 = _mm256_cvtps_ph(r0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m128i h1 = _mm256_cvtps_ph(r1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm256_storeu_ps(d + i, kRound ? _mm256_cvtph_ps(h0) : r0);
-      _mm256_storeu_ps(d + i + 8, kRound ? _mm256_cvtph_ps(h1) : r1);
+      const __m128i h0 = Io::pack(r0);
+      const __m128i h1 = Io::pack(r1);
+      _mm256_storeu_ps(d + i, kRound ? Io::unpack(h0) : r0);
+      _mm256_storeu_ps(d + i + 8, kRound ? Io::unpack(h1) : r1);
       if constexpr (kOut) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h0);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 8), h1);
@@ -349,7 +350,7 @@ void reduce_half_f64(double* d, const double* a, const uint16_t* s, uint16_t* ou
   *done = i;
 }
 
-template <class T, class Op>
+template <class T, class Io, class Op>
 int64_t reduce_half_modes(void* dst, const void* src_a, const uint16_t* s, uint16_t* out, int64_t n, bool round) {
   int64_t done = 0;
   T* d = static_cast<T*>(dst);
@@ -357,7 +358,7 @@ int64_t reduce_half_modes(void* dst, const void* src_a, const uint16_t* s, uint1
   auto run = [&](auto round_c, auto out_c) {
     constexpr bool kRound = decltype(round_c)::value, kOut = decltype(out_c)::value;
     if constexpr (std::is_same_v<T, float>) {
-      reduce_half_f32<Op, kRound, kOut>(d, a, s, out, n, &done);
+      reduce_half_f32<Io, Op, kRound, kOut>(d, a, s, out, n, &done);
     } else {
       reduce_half_f64<Op, kRound, kOut>(d, a, s, out, n, &done);
     }
@@ -372,19 +373,19 @@ int64_t reduce_half_modes(void* dst, const void* src_a, const uint16_t* s, uint1
   return done;
 }
 
-template <class T>
+template <class T, class Io>
 int64_t reduce_half_dispatch(void* dst, const void* a, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op,
                              bool round) {
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-      return reduce_half_modes<T, SumOp<T>>(dst, a, s, out, n, round);
+      return reduce_half_modes<T, Io, SumOp<T>>(dst, a, s, out, n, round);
     case ReduceOp::kMin:
-      return reduce_half_modes<T, MinOp<T>>(dst, a, s, out, n, round);
+      return reduce_half_modes<T, Io, MinOp<T>>(dst, a, s, out, n, round);
     case ReduceOp::kMax:
-      return reduce_half_modes<T, MaxOp<T>>(dst, a, s, out, n, round);
+      return reduce_half_modes<T, Io, MaxOp<T>>(dst, a, s, out, n, round);
     case ReduceOp::kProduct:
-      return reduce_half_modes<T, ProductOp<T>>(dst, a, s, out, n, round);
+      return reduce_half_modes<T, Io, ProductOp<T>>(dst, a, s, out, n, round);
     default:
       return n;
   }
@@ -451,6 +452,18 @@ void avx2_half_to_float_n(float* dst, const uint16_t* src, int64_t count) {
   if (i < count) scalar_half_to_float_n(dst + i, src + i, count - i);
 }
 
+void avx2_float_to_bfloat16_n(uint16_t* dst, const float* src, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) bf8_store(dst + i, _mm256_loadu_ps(src + i));
+  if (i < count) scalar_float_to_bfloat16_n(dst + i, src + i, count - i);
+}
+
+void avx2_bfloat16_to_float_n(float* dst, const uint16_t* src, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(dst + i, bf8_load(src + i));
+  if (i < count) scalar_bfloat16_to_float_n(dst + i, src + i, count - i);
+}
+
 void avx2_double_to_half_n(uint16_t* dst, const double* src, int64_t count) {
   int64_t i = 0;
   for (; i + 8 <= count; i += 8) {
@@ -473,8 +486,22 @@ void avx2_half_to_double_n(double* dst, const uint16_t* src, int64_t count) {
 
 // Scalar up to a 32-byte boundary, streaming stores, scalar tail, then a
 // store fence so the weakly ordered stores are globally visible on return.
-void avx2_from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype) {
+void avx2_from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype, DataType wire) {
   if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) return;
+  if (wire == DataType::kBFloat16) {
+    if (dtype == DataType::kFloat32) {
+      float* f = static_cast<float*>(dst);
+      int64_t i = 0;
+      if (reinterpret_cast<uintptr_t>(f) % 32 == 0) {
+        for (; i + 8 <= count; i += 8) _mm256_stream_ps(f + i, bf8_load(src + i));
+        _mm_sfence();
+      }
+      if (i < count) avx2_bfloat16_to_float_n(f + i, src + i, count - i);
+    } else {
+      scalar_bfloat16_to_double_n(static_cast<double*>(dst), src, count);
+    }
+    return;
+  }
   const int64_t es = dtype == DataType::kFloat32 ? 4 : 8;
   uint8_t* d = static_cast<uint8_t*>(dst);
   const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(d) % 32);
@@ -509,20 +536,22 @@ void avx2_from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, D
 }
 
 void avx2_reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                      ReduceOp op, bool round_dst) {
+                      ReduceOp op, bool round_dst, DataType wire) {
   if (count <= 0) return;
   int64_t i = 0;
+  const bool bf = wire == DataType::kBFloat16;
   if (dtype == DataType::kFloat32) {
-    i = reduce_half_dispatch<float>(dst, a, src, out, count, op, round_dst);
-  } else if (dtype == DataType::kFloat64) {
-    i = reduce_half_dispatch<double>(dst, a, src, out, count, op, round_dst);
-  } else {
+    i = bf ? reduce_half_dispatch<float, BfIo>(dst, a, src, out, count, op, round_dst)
+           : reduce_half_dispatch<float, HalfIo>(dst, a, src, out, count, op, round_dst);
+  } else if (dtype == DataType::kFloat64 && !bf) {
+    i = reduce_half_dispatch<double, HalfIo>(dst, a, src, out, count, op, round_dst);
+  } else if (dtype != DataType::kFloat64) {
     return;
   }
   if (i < count) {
     const size_t es = dtype == DataType::kFloat32 ? 4 : 8;
     scalar_reduce_half(static_cast<uint8_t*>(dst) + i * es, static_cast<const uint8_t*>(a) + i * es, src + i,
-                       out ? out + i : nullptr, count - i, dtype, op, round_dst);
+                       out ? out + i : nullptr, count - i, dtype, op, round_dst, wire);
   }
 }
 

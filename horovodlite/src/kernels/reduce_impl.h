@@ -29,11 +29,16 @@ void scalar_float_to_half_n(uint16_t* dst, const float* src, int64_t count);
 void scalar_half_to_float_n(float* dst, const uint16_t* src, int64_t count);
 void scalar_double_to_half_n(uint16_t* dst, const double* src, int64_t count);
 void scalar_half_to_double_n(double* dst, const uint16_t* src, int64_t count);
+void scalar_float_to_bfloat16_n(uint16_t* dst, const float* src, int64_t count);
+void scalar_bfloat16_to_float_n(float* dst, const uint16_t* src, int64_t count);
+void scalar_double_to_bfloat16_n(uint16_t* dst, const double* src, int64_t count);
+void scalar_bfloat16_to_double_n(double* dst, const uint16_t* src, int64_t count);
+// `wire`: kFloat16 or kBFloat16 (kernels/reduce.h, reduce_half).
 void scalar_reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                        ReduceOp op, bool round_dst);
+                        ReduceOp op, bool round_dst, DataType wire = DataType::kFloat16);
 inline void scalar_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                                    ReduceOp op, bool round_dst) {
-  scalar_reduce_half(dst, dst, src, out, count, dtype, op, round_dst);
+                                    ReduceOp op, bool round_dst, DataType wire = DataType::kFloat16) {
+  scalar_reduce_half(dst, dst, src, out, count, dtype, op, round_dst, wire);
 }
 
 #if HVL_KERNELS_X86
@@ -47,12 +52,16 @@ void avx2_float_to_half_n(uint16_t* dst, const float* src, int64_t count);
 void avx2_half_to_float_n(float* dst, const uint16_t* src, int64_t count);
 void avx2_double_to_half_n(uint16_t* dst, const double* src, int64_t count);
 void avx2_half_to_double_n(double* dst, const uint16_t* src, int64_t count);
-void avx2_from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype);
+void avx2_float_to_bfloat16_n(uint16_t* dst, const float* src, int64_t count);
+void avx2_bfloat16_to_float_n(float* dst, const uint16_t* src, int64_t count);
+void avx2_from_half_n_streaming(void* dst, const uint16_t* src, int64_t count, DataType dtype,
+                                DataType wire = DataType::kFloat16);
+// float32 with either wire; float64 vectorised for kFloat16 (bf16: the scalar loop).
 void avx2_reduce_half(void* dst, const void* a, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                      ReduceOp op, bool round_dst);
+                      ReduceOp op, bool round_dst, DataType wire = DataType::kFloat16);
 inline void avx2_reduce_half_into(void* dst, const uint16_t* src, uint16_t* out, int64_t count, DataType dtype,
-                                  ReduceOp op, bool round_dst) {
-  avx2_reduce_half(dst, dst, src, out, count, dtype, op, round_dst);
+                                  ReduceOp op, bool round_dst, DataType wire = DataType::kFloat16) {
+  avx2_reduce_half(dst, dst, src, out, count, dtype, op, round_dst, wire);
 }
 #endif
 

@@ -468,7 +468,7 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
   }
   const double pre = r.prescale, post = r.postscale;
 
-  if (r.tensor_sizes.size() == 1 && !fp16_compressed(r) && !entries.empty() && entries[0] != nullptr) {
+  if (r.tensor_sizes.size() == 1 && !wire16_compressed(r) && !entries.empty() && entries[0] != nullptr) {
     // One tensor: in its output buffer, no copy through the fusion buffer.
     TensorEntry* e = entries[0];
     const int64_t n = r.tensor_sizes[0];
@@ -485,10 +485,10 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
     return Status::OK();
   }
 
-  // Fused tensors (or fp16 compression, or a rank that joined): through the
-  // fusion buffer, each tensor combined with its own dot products.
-  const bool fp16 = fp16_compressed(r);
-  const DataType wire = fp16 ? DataType::kFloat16 : r.dtype;
+  // Fused tensors (or fp16/bf16 compression, or a rank that joined): through
+  // the fusion buffer, each tensor combined with its own dot products.
+  const bool compressed = wire16_compressed(r);
+  const DataType wire = wire_dtype(r);
   const size_t welem = dtype_size(wire);
   const FusionLayout layout(r);
   const int64_t total = layout.elements();
@@ -501,8 +501,8 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
     ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");
     std::vector<std::pair<void*, int64_t>> zeros;
     for (const CopyTask& t : layout.pack(entries, buf, welem, &zeros)) {
-      if (fp16)
-        kernels::to_half_scaled_n(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, pre);
+      if (compressed)
+        kernels::to_half_scaled_n(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, pre, wire);
       else
         kernels::scale_copy(t.dst, t.src, t.count, r.dtype, pre);
     }
@@ -514,8 +514,8 @@ Status AdasumAllreduce::allreduce(const OpArgs& args) {
   }
   ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
   for (const CopyTask& t : layout.unpack(entries, buf, welem)) {
-    if (fp16)
-      kernels::from_half_scaled_n(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
+    if (compressed)
+      kernels::from_half_scaled_n(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post, wire);
     else
       kernels::scale_copy(t.dst, t.src, t.count, r.dtype, post);
   }

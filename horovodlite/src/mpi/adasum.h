@@ -144,7 +144,7 @@ class Adasum {
 };
 
 // Adasum as the allreduce algorithm for responses whose op is Adasum: packs
-// fused tensors (with the prescale, or into fp16 with compression), runs
+// fused tensors (with the prescale, or into fp16/bf16 with compression), runs
 // Adasum on the buffer with the tensors' boundaries, unpacks with the
 // postscale. Enabled for every Adasum response (on any number of ranks: run()
 // fails with a clear error where the size is not a power of two).

@@ -67,7 +67,7 @@ MpiHierarchicalAllreduce::~MpiHierarchicalAllreduce() {
 }
 
 Status MpiHierarchicalAllreduce::run_pieces(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                                            double postscale, bool wire16) {
+                                            double postscale, bool compressed, DataType half_type) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t piece = std::max<int64_t>(local_size_, piece_bytes_ / esize);
   const int64_t pieces = (count + piece - 1) / piece;
@@ -96,8 +96,8 @@ Status MpiHierarchicalAllreduce::run_pieces(const void* in, void* out, int64_t c
     if (p + 1 < pieces) HVL_RETURN_IF_ERROR(start_reduce_scatter(p + 1));
     void* shard = scratch_[b].data();
     const int n = counts[b][local_rank_];
-    HVL_RETURN_IF_ERROR(wire16 ? ring_->run_fp16_wire(shard, shard, n, dtype, op, postscale)
-                               : ring_->run(shard, shard, n, dtype, op, postscale));
+    HVL_RETURN_IF_ERROR(compressed ? ring_->run_16bit_wire(shard, shard, n, dtype, op, postscale, half_type)
+                                   : ring_->run(shard, shard, n, dtype, op, postscale));
     HVL_RETURN_IF_ERROR(mpi_status(MPI_Iallgatherv(shard, n, mtype, dst + p * piece * esize, counts[b].data(),
                                                    displs[b].data(), mtype, local_, &ag),
                                    "MPI_Iallgatherv (inside the host)"));

@@ -27,7 +27,7 @@ class MpiHierarchicalAllreduce : public HierarchicalAllreduce {
 
  protected:
   Status run_pieces(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale,
-                    bool wire16) override;
+                    bool compressed, DataType half_type) override;
 
  private:
   Status set_up(const Config& config);

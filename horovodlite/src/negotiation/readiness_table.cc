@@ -313,8 +313,7 @@ bool ReadinessTable::mismatched(const std::string& name, const Pending& p, const
             [&](const Request& q) { return q.prescale != q0.prescale; }))
       return true;
     if (mismatch(
-            "compression",
-            [](const Request& q) { return std::string(q.compression == Compression::kFp16 ? "fp16" : "none"); },
+            "compression", [](const Request& q) { return std::string(compression_name(q.compression)); },
             [&](const Request& q) { return q.compression != q0.compression; }))
       return true;
     if (mismatch(

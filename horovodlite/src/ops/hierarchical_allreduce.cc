@@ -84,12 +84,12 @@ bool HierarchicalAllreduce::accepts(DataType, ReduceOp op, int64_t bytes) const 
 
 Status HierarchicalAllreduce::reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
                                      double postscale) {
-  return run(in, out, count, dtype, op, postscale, false);
+  return run(in, out, count, dtype, op, postscale, false, dtype);
 }
 
-Status HierarchicalAllreduce::reduce_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                                               double postscale) {
-  return run(in, out, count, dtype, op, postscale, true);
+Status HierarchicalAllreduce::reduce_16bit_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                                double postscale, DataType wire) {
+  return run(in, out, count, dtype, op, postscale, true, wire);
 }
 
 Status HierarchicalAllreduce::ensure_scratch(int64_t bytes) {
@@ -107,14 +107,14 @@ Status HierarchicalAllreduce::ensure_scratch(int64_t bytes) {
 }
 
 Status HierarchicalAllreduce::run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                                  double postscale, bool wire16) {
+                                  double postscale, bool compressed, DataType half_type) {
   if (ring_ == nullptr) return Status::Internal("the hierarchical allreduce is not set up on this job");
   if (count <= 0) return Status::OK();
-  return run_pieces(in, out, count, dtype, op, postscale, wire16);
+  return run_pieces(in, out, count, dtype, op, postscale, compressed, half_type);
 }
 
 Status HierarchicalAllreduce::run_pieces(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                                         double postscale, bool wire16) {
+                                         double postscale, bool compressed, DataType half_type) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t piece = std::max<int64_t>(local_size_, piece_bytes_ / esize);
   HVL_RETURN_IF_ERROR(ensure_scratch((std::min(piece, count) + local_size_ - 1) / local_size_ * esize));
@@ -132,8 +132,8 @@ Status HierarchicalAllreduce::run_pieces(const void* in, void* out, int64_t coun
     void* shard = scratch_[0].data();
     const int n = counts[static_cast<size_t>(local_rank_)];
     HVL_RETURN_IF_ERROR(transport_ops::reducescatter(*local_wire_, src + first * esize, shard, elements, dtype, op));
-    HVL_RETURN_IF_ERROR(wire16 ? ring_->run_fp16_wire(shard, shard, n, dtype, op, postscale)
-                               : ring_->run(shard, shard, n, dtype, op, postscale));
+    HVL_RETURN_IF_ERROR(compressed ? ring_->run_16bit_wire(shard, shard, n, dtype, op, postscale, half_type)
+                                   : ring_->run(shard, shard, n, dtype, op, postscale));
     HVL_RETURN_IF_ERROR(transport_ops::allgatherv(*local_wire_, shard, dst + first * esize, bytes));
   }
   return Status::OK();

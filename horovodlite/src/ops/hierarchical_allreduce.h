@@ -12,9 +12,9 @@
 // (mpi/mpi_hierarchical.h) overlaps the local steps of one piece with the ring
 // of another.
 //
-// With fp16 compression (fp16_wire) the local steps stay in the buffer's
+// With fp16 or bf16 compression (wire16) the local steps stay in the buffer's
 // precision (shared memory is not the bottleneck) and only the cross-host ring
-// carries IEEE binary16; the result is fp16-rounded, then postscaled, and is
+// carries IEEE binary16 (bfloat16); the result is rounded to it, then postscaled, and is
 // bitwise the same on every rank (each shard is reduced by one ring and copied).
 #pragma once
 
@@ -58,9 +58,9 @@ class HierarchicalAllreduce : public HostAllreduce {
   const char* name() const override { return "HIERARCHICAL_ALLREDUCE"; }
   bool accepts(DataType dtype, ReduceOp op, int64_t bytes) const override;
   Status reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) override;
-  bool fp16_wire() const override { return true; }
-  Status reduce_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                          double postscale) override;
+  bool wire16() const override { return true; }
+  Status reduce_16bit_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale,
+                           DataType wire) override;
   // Tests: smaller pieces, so that small buffers still go through several.
   void set_piece_bytes(int64_t bytes) { piece_bytes_ = std::max<int64_t>(1, bytes); }
 
@@ -72,7 +72,7 @@ class HierarchicalAllreduce : public HostAllreduce {
   bool applies() const { return applies_; }
   // The pieces of a non-empty buffer, through the three steps.
   virtual Status run_pieces(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale,
-                            bool wire16);
+                            bool compressed, DataType half_type);
   Status ensure_scratch(int64_t bytes);
 
   const Config& config_;  // hierarchical_allreduce: the live switch
@@ -83,7 +83,8 @@ class HierarchicalAllreduce : public HostAllreduce {
   std::vector<char> scratch_[2];  // this rank's shard of two pieces in flight
 
  private:
-  Status run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale, bool wire16);
+  Status run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale, bool wire16,
+             DataType half_type);
   Status set_up(const Config& config);
 
   bool applies_ = false;

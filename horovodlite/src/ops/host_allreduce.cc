@@ -27,11 +27,11 @@ bool HostAllreduce::enabled(const Response& r) const {
 }
 
 OpResult HostAllreduce::run(const OpArgs& args) {
-  // fp16 compression: an algorithm with an fp16-on-the-wire mode takes the
-  // float32/float64 data as it is; otherwise the data is converted to an fp16
-  // buffer and reduced as fp16.
-  const bool via_fp16_buffer = fp16_compressed(args.response) && !fp16_wire();
-  return OpResult{via_fp16_buffer ? allreduce_fp16(args) : allreduce(args), name(), outputs_in_place(args.entries)};
+  // fp16/bf16 compression: an algorithm with a 16-bit-on-the-wire mode takes
+  // the float32/float64 data as it is; otherwise the data is converted to an
+  // fp16 (bf16) buffer and reduced as fp16 (bf16).
+  const bool via_16bit_buffer = wire16_compressed(args.response) && !wire16();
+  return OpResult{via_16bit_buffer ? allreduce_16bit(args) : allreduce(args), name(), outputs_in_place(args.entries)};
 }
 
 Status HostAllreduce::allreduce(const OpArgs& args) {
@@ -42,10 +42,10 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
   const double pre = r.prescale;
   const double post = effective_postscale(r, world_.size());
   const ReduceOp op = effective_op(r.reduce_op);
-  const bool wire16 = fp16_compressed(r);
+  const bool compressed = wire16_compressed(r);
   auto reduce_buffer = [&](const void* in, void* out, double postscale) {
-    return wire16 ? reduce_fp16_wire(in, out, total, r.dtype, op, postscale)
-                  : reduce(in, out, total, r.dtype, op, postscale);
+    return compressed ? reduce_16bit_wire(in, out, total, r.dtype, op, postscale, wire16_type(r))
+                      : reduce(in, out, total, r.dtype, op, postscale);
   };
 
   if (r.tensor_sizes.size() == 1) {
@@ -105,28 +105,29 @@ Status HostAllreduce::allreduce(const OpArgs& args) {
   return Status::OK();
 }
 
-Status HostAllreduce::allreduce_fp16(const OpArgs& args) {
+Status HostAllreduce::allreduce_16bit(const OpArgs& args) {
   const Response& r = args.response;
   const int64_t total = total_elements(r);
   const ReduceOp op = effective_op(r.reduce_op);
+  const DataType half_type = wire16_type(r);
   uint16_t* wire = static_cast<uint16_t*>(fusion_->get(std::max<size_t>(total * 2, 1)));
-  if (wire == nullptr) return Status::Internal("out of memory allocating an fp16 fusion buffer");
+  if (wire == nullptr) return Status::Internal("out of memory allocating a 16-bit fusion buffer");
   const FusionLayout layout(r);
   {
-    ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");  // with the conversion to fp16
+    ObservedPhase phase(args.observer, r, "MEMCPY_IN_FUSION_BUFFER");  // with the conversion to fp16/bf16
     std::vector<std::pair<void*, int64_t>> zeros;
     for (const CopyTask& t : layout.pack(args.entries, wire, 2, &zeros))
-      kernels::to_half_scaled_n(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, r.prescale);
+      kernels::to_half_scaled_n(static_cast<uint16_t*>(t.dst), t.src, t.count, r.dtype, r.prescale, half_type);
     zero_fill(zeros);
   }
   {
     ObservedPhase phase(args.observer, r, name());
-    HVL_RETURN_IF_ERROR(reduce(wire, wire, total, DataType::kFloat16, op, 1.0));
+    HVL_RETURN_IF_ERROR(reduce(wire, wire, total, half_type, op, 1.0));
   }
   const double post = effective_postscale(r, world_.size());
   ObservedPhase phase(args.observer, r, "MEMCPY_OUT_FUSION_BUFFER");
   for (const CopyTask& t : layout.unpack(args.entries, wire, 2))
-    kernels::from_half_scaled_n(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post);
+    kernels::from_half_scaled_n(t.dst, static_cast<const uint16_t*>(t.src), t.count, r.dtype, post, half_type);
   return Status::OK();
 }
 

@@ -20,8 +20,9 @@ class HostAllreduce : public Algorithm {
   // `fusion`: the host fusion buffer every host algorithm shares.
   HostAllreduce(const World& world, std::shared_ptr<FusionBuffer> fusion) : world_(world), fusion_(std::move(fusion)) {}
 
-  // Asks accepts() with the dtype and bytes that travel (fp16 with compression:
-  // what reduce() or reduce_fp16_wire() puts on the wire), as DeviceAllreduce does.
+  // Asks accepts() with the dtype and bytes that travel (fp16 or bf16 with
+  // compression: what reduce() or reduce_16bit_wire() puts on the wire), as
+  // DeviceAllreduce does.
   bool enabled(const Response& response) const final;
   OpResult run(const OpArgs& args) final;
 
@@ -35,15 +36,18 @@ class HostAllreduce : public Algorithm {
   // reduced chunk, before it is passed around); the values are the same as
   // reducing first and scaling every element afterwards.
   virtual Status reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) = 0;
-  // fp16 compression done by the algorithm itself: a float32/float64 buffer is
-  // reduced with fp16 on the wire, converted segment by segment (no whole-buffer
-  // conversion passes); the result is fp16-rounded (then postscaled) and
-  // identical on every rank. Without it, run() converts into an fp16 fusion
-  // buffer and reduces that.
-  virtual bool fp16_wire() const { return false; }
-  virtual Status reduce_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                                  double postscale) {
-    return Status::Unimplemented(std::string(name()) + " has no fp16-on-the-wire mode");
+  // fp16/bf16 compression done by the algorithm itself: a float32/float64
+  // buffer is reduced with `wire` (kFloat16 or kBFloat16) on the wire, converted
+  // segment by segment (no whole-buffer conversion passes); the result is
+  // rounded to `wire` (then postscaled) and identical on every rank. Without
+  // it, run() converts into a 16-bit fusion buffer and reduces that.
+  virtual bool wire16() const { return false; }
+  virtual Status reduce_16bit_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                   double postscale, DataType wire) {
+    return Status::Unimplemented(std::string(name()) + " has no 16-bit-on-the-wire mode");
+  }
+  Status reduce_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) {
+    return reduce_16bit_wire(in, out, count, dtype, op, postscale, DataType::kFloat16);
   }
 
  protected:
@@ -51,7 +55,8 @@ class HostAllreduce : public Algorithm {
 
  private:
   Status allreduce(const OpArgs& args);
-  Status allreduce_fp16(const OpArgs& args);
+  // Through a fusion buffer of fp16 or bf16 (wire16_type) values.
+  Status allreduce_16bit(const OpArgs& args);
   std::shared_ptr<FusionBuffer> fusion_;
 };
 

@@ -159,7 +159,7 @@ Status RingAllreduce::ensure_scratch(int64_t slot_bytes, int slots) {
 
 // ---- The wire format ----
 //
-// What run() and run_fp16_wire() do differently, everything else being the one
+// What run() and run_16bit_wire() do differently, everything else being the one
 // schedule below. Segment offsets and sizes count wire bytes; a segment's
 // values in the buffer are at offset / wire_bytes * value_bytes.
 //
@@ -168,7 +168,7 @@ Status RingAllreduce::ensure_scratch(int64_t slot_bytes, int slots) {
 // segments are received straight into it, and the owner of a reduced chunk
 // scales it before passing it on, so scaled values travel.
 //
-// Staged (run_fp16_wire(): IEEE binary16 on the wire for a float32/float64
+// Staged (run_16bit_wire(): IEEE binary16 or bfloat16 on the wire for a float32/float64
 // buffer, without whole-buffer conversion passes): each send is packed into a
 // send slot just before it goes, receives land in receive slots, the
 // reduce-scatter kernel also writes the half to forward when the send slot is
@@ -183,13 +183,14 @@ struct RingAllreduce::Wire {
   int64_t value_bytes;  // per element in the buffer
   int64_t wire_bytes;   // per element on the wire
   bool staged;          // through send and receive slots (the wire type is not the buffer's)
+  DataType half_type;   // staged: kFloat16 or kBFloat16
 
   static Wire native(DataType dtype, ReduceOp op, double postscale) {
     const auto bytes = static_cast<int64_t>(dtype_size(dtype));
-    return Wire{dtype, op, postscale, bytes, bytes, false};
+    return Wire{dtype, op, postscale, bytes, bytes, false, dtype};
   }
-  static Wire half(DataType dtype, ReduceOp op, double postscale) {
-    return Wire{dtype, op, postscale, static_cast<int64_t>(dtype_size(dtype)), 2, true};
+  static Wire half(DataType dtype, ReduceOp op, double postscale, DataType half_type) {
+    return Wire{dtype, op, postscale, static_cast<int64_t>(dtype_size(dtype)), 2, true, half_type};
   }
 
   int64_t elements(const Segment& s) const { return s.bytes / wire_bytes; }
@@ -207,9 +208,9 @@ struct RingAllreduce::Wire {
     uint16_t wire[1024];
     for (int64_t done = 0; done < count; done += 1024) {
       const int64_t n = std::min<int64_t>(1024, count - done);
-      kernels::to_half_n(wire, in + done * value_bytes, n, dtype);
-      kernels::from_half_n(out + done * value_bytes, wire, n, dtype);
-      kernels::scale_as_half(out + done * value_bytes, n, dtype, postscale);
+      kernels::to_half_n(wire, in + done * value_bytes, n, dtype, half_type);
+      kernels::from_half_n(out + done * value_bytes, wire, n, dtype, half_type);
+      kernels::scale_as_half(out + done * value_bytes, n, dtype, postscale, half_type);
     }
   }
   // A reduce-scatter segment: values = in (op) received. `owned`: the last
@@ -223,25 +224,25 @@ struct RingAllreduce::Wire {
       return;
     }
     kernels::reduce_half(values, in, reinterpret_cast<const uint16_t*>(received), reinterpret_cast<uint16_t*>(forward),
-                         n, dtype, op, owned);
+                         n, dtype, op, owned, half_type);
   }
   // Staged only: the wire form of n values.
   void pack(uint8_t* wire, const uint8_t* values, int64_t n) const {
-    kernels::to_half_n(reinterpret_cast<uint16_t*>(wire), values, n, dtype);
+    kernels::to_half_n(reinterpret_cast<uint16_t*>(wire), values, n, dtype, half_type);
   }
   // Staged only: an allgather segment's values from the wire; `passed_on`: its
   // half goes on to the right (and it is scaled once that half has been made).
   void unpack(uint8_t* values, const uint8_t* received, int64_t n, bool passed_on) const {
     const auto* half = reinterpret_cast<const uint16_t*>(received);
     if (postscale == 1.0) {
-      kernels::from_half_n_streaming(values, half, n, dtype);  // final values: not read again here
+      kernels::from_half_n_streaming(values, half, n, dtype, half_type);  // final values: not read again here
       return;
     }
-    kernels::from_half_n(values, half, n, dtype);
-    if (!passed_on) kernels::scale_as_half(values, n, dtype, postscale);
+    kernels::from_half_n(values, half, n, dtype, half_type);
+    if (!passed_on) kernels::scale_as_half(values, n, dtype, postscale, half_type);
   }
   // Staged only: final values whose half has been made.
-  void scale_sent(uint8_t* values, int64_t n) const { kernels::scale_as_half(values, n, dtype, postscale); }
+  void scale_sent(uint8_t* values, int64_t n) const { kernels::scale_as_half(values, n, dtype, postscale, half_type); }
 };
 
 Status RingAllreduce::run(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) {
@@ -252,14 +253,20 @@ Status RingAllreduce::run(const void* in, void* out, int64_t count, DataType dty
   return run_with(in, out, count, Wire::native(dtype, op, postscale));
 }
 
-Status RingAllreduce::run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                                    double postscale) {
+Status RingAllreduce::run_16bit_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                     double postscale, DataType wire) {
   HVL_RETURN_IF_ERROR(init_status_);
+  const char* wire_name = wire == DataType::kBFloat16 ? "bf16" : "fp16";
+  if (wire != DataType::kFloat16 && wire != DataType::kBFloat16) {
+    return Status::InvalidArgument("RingAllreduce: the 16-bit wire is float16 or bfloat16, got dtype " +
+                                   std::to_string(static_cast<int>(wire)));
+  }
   if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) {
-    return Status::InvalidArgument("RingAllreduce: fp16 wire needs float32 or float64, got dtype " +
+    return Status::InvalidArgument(std::string("RingAllreduce: ") + wire_name +
+                                   " wire needs float32 or float64, got dtype " +
                                    std::to_string(static_cast<int>(dtype)));
   }
-  return run_with(in, out, count, Wire::half(dtype, op, postscale));
+  return run_with(in, out, count, Wire::half(dtype, op, postscale, wire));
 }
 
 Status RingAllreduce::run_with(const void* in, void* out, int64_t count, const Wire& wire) {

@@ -86,7 +86,21 @@ class RingAllreduce {
   // The same into `out` (same rules as the out-of-place run()), then scaled:
   // out = widen(fp16 result) * postscale in the buffer's type, on every rank
   // (the half on the wire is never scaled).
-  Status run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale = 1.0);
+  Status run_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale = 1.0) {
+    return run_16bit_wire(in, out, count, dtype, op, postscale, DataType::kFloat16);
+  }
+
+  // The same with bfloat16 on the wire (bf16 compression): float32's range, so
+  // nothing overflows that float32 holds; 8 significant bits per hop.
+  Status run_bf16_wire(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+    return run_bf16_wire(buf, buf, count, dtype, op);
+  }
+  Status run_bf16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale = 1.0) {
+    return run_16bit_wire(in, out, count, dtype, op, postscale, DataType::kBFloat16);
+  }
+  // Either: `wire` is kFloat16 or kBFloat16.
+  Status run_16bit_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale,
+                        DataType wire);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -108,7 +122,7 @@ class RingAllreduce {
   // Builds the segment schedule; fails if it needs more segments than an int counts.
   Status plan(int64_t count, int64_t esize);
   Status ensure_scratch(int64_t slot_bytes, int slots);
-  // How values travel (the buffer's type, or fp16): the one parameter of the schedule.
+  // How values travel (the buffer's type, or fp16/bf16): the one parameter of the schedule.
   struct Wire;
   // Checks, the one-rank case, the plan and the scratch slots, then execute().
   Status run_with(const void* in, void* out, int64_t count, const Wire& wire);

@@ -31,9 +31,9 @@ Status RingBackend::reduce(const void* in, void* out, int64_t count, DataType dt
   return ring_->run(in, out, count, dtype, op, postscale);
 }
 
-Status RingBackend::reduce_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                                     double postscale) {
-  return ring_->run_fp16_wire(in, out, count, dtype, op, postscale);
+Status RingBackend::reduce_16bit_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
+                                      double postscale, DataType wire) {
+  return ring_->run_16bit_wire(in, out, count, dtype, op, postscale, wire);
 }
 
 }  // namespace horovodlite

@@ -20,9 +20,9 @@ class RingBackend : public HostAllreduce {
   const char* name() const override { return "RING_ALLREDUCE"; }
   bool accepts(DataType dtype, ReduceOp op, int64_t bytes) const override;
   Status reduce(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale) override;
-  bool fp16_wire() const override { return true; }
-  Status reduce_fp16_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op,
-                          double postscale) override;
+  bool wire16() const override { return true; }
+  Status reduce_16bit_wire(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op, double postscale,
+                           DataType wire) override;
 
  private:
   int64_t threshold_;

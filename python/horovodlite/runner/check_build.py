@@ -53,8 +53,9 @@ def report(info, torch_version, level):
     else:
         ring = "host allreduces from %s (HOROVODLITE_RING_THRESHOLD), %s segments" % (
             _bytes(ring_threshold), _bytes(info["ring_segment_bytes"]))
-    fp16 = "fp16 on the wire, %s" % ("AVX2/F16C kernels on this CPU" if info["cpu_avx2_f16c"]
-                                      else "portable kernels (no AVX2/F16C on this CPU)")
+    wire = "/".join(info.get("compressions", "fp16").split(","))
+    fp16 = "%s on the wire, %s" % (wire, "AVX2/F16C kernels on this CPU" if info["cpu_avx2_f16c"]
+                                   else "portable kernels (no AVX2/F16C on this CPU)")
     nccl = _version_code(info["nccl_version"], "nccl") if info["nccl_version"] else "no"
     cuda = _version_code(info["cuda_runtime_version"], "cuda") if info["cuda"] else "no"
     if info["mpi"]:

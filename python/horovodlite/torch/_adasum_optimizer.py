@@ -20,8 +20,8 @@ As in Horovod:
   state, so per-parameter optimizers (SGD, Adam, ...) give the same values.
 - ``backward_passes_per_step``: gradients accumulate over that many backward
   passes before the local step (which sees the accumulated gradient).
-- ``compression``: the update is compressed (Compression.fp16: reduced as
-  float16, Adasum's dot products still in double) and decompressed before it
+- ``compression``: the update is compressed (Compression.fp16 / .bf16: reduced
+  as float16 / bfloat16, Adasum's dot products still in double) and decompressed before it
   is applied.
 - No learning-rate scaling happens here. Horovod's guide: with Adasum do not
   scale the learning rate by the number of ranks (on CPU); scripts written for

@@ -9,7 +9,7 @@ from horovodlite.common.process_sets import global_process_set
 from horovodlite.torch._checks import check_tensor, check_tensors, resolve_op
 from horovodlite.torch._enqueue import enqueue_allreduce, enqueue_grouped_allreduce
 from horovodlite.torch.basics import Average, Max, Min, Sum
-from horovodlite.torch.compression import Compression
+from horovodlite.torch.compression import WIRE_COMPRESSIONS, Compression, check_compressible
 from horovodlite.torch.handles import _Handle, synchronize
 
 _CORE_FP16_OPS = frozenset((Sum, Average, Min, Max))
@@ -17,18 +17,19 @@ _NONE = Compression.none
 
 
 def core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
-    """Whether ``compression`` is Horovod's fp16 compression of a tensor that the
-    core converts to fp16 while packing it for the wire (float32):
-    no fp16 copy in Python, the result in the tensor's dtype. Taken where the
-    result is the one Horovod's compress / fp16 allreduce / decompress gives
-    (the core rounds Average's quotient to fp16 as Horovod does); a prescale
-    factor (which the core applies before the conversion, keeping precision
-    Horovod loses) or a postscale factor takes the Python compressor."""
-    if compression is not Compression.fp16 or not isinstance(tensor, torch.Tensor):
+    """Whether ``compression`` is Horovod's fp16 compression (or its bf16 twin)
+    of a tensor that the core converts to fp16 (bf16) while packing it for the
+    wire (float32): no 16-bit copy in Python, the result in the tensor's dtype.
+    Taken where the result is the one Horovod's compress / fp16 allreduce /
+    decompress gives (the core rounds Average's quotient to fp16 or bf16 as
+    Horovod does to fp16); a prescale factor (which the core applies before the
+    conversion, keeping precision Horovod loses) or a postscale factor takes the
+    Python compressor."""
+    if compression not in WIRE_COMPRESSIONS or not isinstance(tensor, torch.Tensor):
         return False
     if tensor.dtype is not torch.float32:
-        # float64: torch (hence Horovod's compressor) rounds to fp16 through
-        # float32, the core rounds once; rare enough to keep Horovod's path.
+        # float64: torch (hence Horovod's compressor) rounds to fp16/bf16
+        # through float32, the core rounds once; rare enough to keep Horovod's path.
         return False
     if prescale_factor != 1.0 or postscale_factor != 1.0:
         return False
@@ -39,14 +40,16 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     process_set=global_process_set, compression=Compression.none):
     """Asynchronously averages (or sums, ...) ``tensor`` over all processes; the
     input is not modified. Returns a handle for poll()/synchronize().
-    ``compression=hvd.Compression.fp16`` (a horovodlite extension; Horovod's
-    allreduce_async has no compression argument) sends float32/float64 tensors
-    as fp16 and returns the result in the tensor's dtype, as allreduce() does."""
+    ``compression=hvd.Compression.fp16`` or ``.bf16`` (a horovodlite extension;
+    Horovod's allreduce_async has no compression argument) sends float32/float64
+    tensors as fp16 (bf16) and returns the result in the tensor's dtype, as
+    allreduce() does."""
     op = resolve_op(op, average, "allreduce_async")
     if compression is _NONE or core_fp16(tensor, compression, op, prescale_factor, postscale_factor):
         return enqueue_allreduce(tensor, name, op, process_set, prescale_factor, postscale_factor, False, compression,
                                  None, "allreduce_async")
     check_tensor(tensor, "allreduce_async")  # before the compressor sees it
+    check_compressible((tensor,), compression, name, "allreduce_async")
     compressed, ctx = compression.compress(tensor)
     handle = enqueue_allreduce(compressed, name, op, process_set, prescale_factor, postscale_factor, False, _NONE,
                                None, "allreduce_async")
@@ -95,6 +98,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
                                      compression, None, "allreduce").synchronize()
     if compression is not _NONE:
         check_tensor(tensor, "allreduce")  # before the compressor sees it
+        check_compressible((tensor,), compression, name, "allreduce")
     tensor_compressed, ctx = compression.compress(tensor)
     reduced = HorovodAllreduce.apply(tensor_compressed, None, name, op, prescale_factor, postscale_factor,
                                      process_set)
@@ -149,6 +153,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Allreduce of a list of tensors; returns the list of results. Differentiable."""
     check_tensors(tensors, "grouped_allreduce")  # before they are unpacked and compressed
+    check_compressible(tensors, compression, name, "grouped_allreduce")
     op = resolve_op(op, average, "grouped_allreduce")
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
     reduced = HorovodGroupedAllreduce.apply(None, name, op, prescale_factor, postscale_factor, process_set,

@@ -47,13 +47,15 @@ from horovodlite.torch._checks import (
     group_names,
     splits_list,
 )
-from horovodlite.torch.compression import Compression
+from horovodlite.torch.compression import Compression, check_compressible
 from horovodlite.torch.handles import _grouped, _Handle
 
 # Looked up once (module globals are cheaper than attribute chains per call).
 _Tensor = torch.Tensor
 _NONE = Compression.none
-_FP16 = Compression.fp16
+# The core's wire compression for each compressor it applies itself.
+_WIRE = {Compression.none: _C.COMPRESSION_NONE, Compression.fp16: _C.COMPRESSION_FP16,
+         Compression.bf16: _C.COMPRESSION_BF16}
 _allreduce_async = _C.allreduce_async
 
 
@@ -68,10 +70,11 @@ def enqueue_allreduce(tensor, name, op, process_set, prescale_factor, postscale_
         process_set: the hvd.ProcessSet whose ranks take part.
         prescale_factor, postscale_factor: numbers.
         in_place: write the result into ``tensor``.
-        compression: Compression.none, or Compression.fp16 to send float32 and
-            float64 as fp16, converted inside the core while packing (no fp16
-            copy; the result has the input's dtype; other dtypes go as they
-            are). Other compressors compress before calling.
+        compression: Compression.none, or Compression.fp16 (bf16) to send
+            float32 and float64 as fp16 (bf16), converted inside the core while
+            packing (no 16-bit copy; the result has the input's dtype; with
+            fp16 other dtypes go as they are, bf16 refuses those that are not
+            floating point). Other compressors compress before calling.
         output (out of place only): the tensor to write the result into (same
             shape and dtype as ``tensor``), e.g. a buffer reused from step to
             step; None: a new tensor.
@@ -89,20 +92,21 @@ def enqueue_allreduce(tensor, name, op, process_set, prescale_factor, postscale_
         postscale_factor = check_factor(postscale_factor, what, "postscale_factor")
     psid = 0 if process_set is global_process_set else _ps_id(process_set, what)
     if compression is _NONE:
-        fp16_wire = False
-    elif compression is _FP16:
-        fp16_wire = True  # the core converts float32 and float64 only; the others travel as they are
+        wire = 0
     else:
-        raise ValueError("%s: the core compresses only with Compression.fp16; compress other ways before "
-                         "calling" % what)
+        wire = _WIRE.get(compression)
+        if wire is None:
+            raise ValueError("%s: the core compresses only with Compression.fp16 or Compression.bf16; compress "
+                             "other ways before calling" % what)
+        check_compressible((tensor,), compression, name, what)
     if output is not None:
         if in_place:
             raise ValueError("%s: an output tensor cannot be given to the in-place form" % what)
         if not isinstance(output, _Tensor) or output.is_sparse:
             raise TypeError("%s: output must be a dense torch.Tensor, got %s" % (what, type(output).__name__))
     # _C.allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-    #                    in_place, fp16_wire, output, process_set_id)
-    return _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, in_place, fp16_wire, output,
+    #                    in_place, wire, output, process_set_id)
+    return _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, in_place, wire, output,
                             psid)
 
 

@@ -414,7 +414,7 @@ def fully_shard(module, process_set=global_process_set, reshard_after_forward=Tr
         reshard_after_forward: free the gathered parameters after forward and
             gather them again for backward (True, FSDP2's default) or keep them
             until backward.
-        compression: hvd.Compression.none or .fp16 for the gradients' reducescatter.
+        compression: hvd.Compression.none, .fp16 or .bf16 for the gradients' reducescatter.
         op: hvd.Average (default) or hvd.Sum of the gradients over the ranks.
         max_inflight_bytes: bound on full-size gradients waiting for their
             reducescatter (beyond it the hook waits for the oldest).
@@ -426,8 +426,9 @@ def fully_shard(module, process_set=global_process_set, reshard_after_forward=Tr
         raise ValueError("%s: %s is fully sharded already" % (what, type(module).__name__))
     if op not in (Average, Sum):
         raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
-    if compression not in (Compression.none, Compression.fp16):
-        raise ValueError("%s: compression must be hvd.Compression.none or hvd.Compression.fp16" % what)
+    if compression not in (Compression.none, Compression.fp16, Compression.bf16):
+        raise ValueError("%s: compression must be hvd.Compression.none, hvd.Compression.fp16 or "
+                             "hvd.Compression.bf16" % what)
     if process_set.included() is False:
         raise ValueError("%s: rank %d is not in %s" % (what, rank(), process_set))
     return_freed_memory()

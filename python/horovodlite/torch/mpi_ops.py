@@ -37,7 +37,7 @@ from horovodlite.torch._enqueue import (
     run_barrier,
 )
 from horovodlite.torch.basics import Adasum, Average, Max, Min, Product, Sum, rank, size  # noqa: F401
-from horovodlite.torch.compression import Compression
+from horovodlite.torch.compression import Compression, check_compressible
 from horovodlite.torch.handles import _Handle, poll, synchronize  # noqa: F401  (re-exported)
 
 # -------------------------------------------------------------- allgather ----
@@ -286,6 +286,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
     dimension 0. Differentiable."""
     if compression is not Compression.none:
         check_tensor(tensor, "reducescatter")  # before the compressor sees it
+        check_compressible((tensor,), compression, name, "reducescatter")
     compressed, ctx = compression.compress(tensor)
     out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, ctx)
@@ -321,6 +322,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatter of a list of tensors; returns a list. Differentiable."""
     check_tensors(tensors, "grouped_reducescatter")  # before they are unpacked and compressed
+    check_compressible(tensors, compression, name, "grouped_reducescatter")
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
     outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
                                              *compressed)

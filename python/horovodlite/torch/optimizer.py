@@ -17,8 +17,8 @@ each gradient is accumulated once per pass anyway.
 Gradients are reduced in place, as Horovod does: the allreduce reads p.grad and
 writes the average back into it (the core fuses small gradients into its fusion
 buffer), so no gradient-sized buffer is kept per parameter and p.grad stays the
-tensor autograd made. With Compression.fp16 the core converts float32/float64
-gradients to fp16 while packing them and back while unpacking (in place too).
+tensor autograd made. With Compression.fp16 (.bf16) the core converts float32/float64
+gradients to fp16 (bf16) while packing them and back while unpacking (in place too).
 A piece of gradient that arrives after the parameter's allreduce was started
 (same pass) is kept aside by a tensor hook, which first waits for that
 allreduce (autograd then adds zeros to p.grad, which must not race with the
@@ -40,7 +40,7 @@ from horovodlite.torch._compat import backward_pass_key
 from horovodlite.torch._enqueue import enqueue_allreduce
 from horovodlite.torch._optimizer_base import _TOO_MANY_PASSES, _HorovodOptimizer, wrap
 from horovodlite.torch._sparse_grads import SparseGradients
-from horovodlite.torch.compression import Compression
+from horovodlite.torch.compression import WIRE_COMPRESSIONS, Compression
 from horovodlite.torch.functions import broadcast_object
 from horovodlite.torch.mpi_ops import (  # noqa: F401
     Adasum,
@@ -164,10 +164,10 @@ class _DistributedOptimizer(_HorovodOptimizer):
                 return self._sparse_allreduce_grad_async(p, name)
             tensor = tensor.to_dense()  # a copy: reduced in place, added to p.grad at synchronize()
         pre, post = self._scale_factors()
-        if self._compression is Compression.none or (self._compression is Compression.fp16
+        if self._compression is Compression.none or (self._compression in WIRE_COMPRESSIONS
                                                      and tensor.dtype in (torch.float32, torch.float64)):
-            # In place (Horovod's allreduce_async_); fp16: converted inside the
-            # core while packing for the wire and back while unpacking, no copy here.
+            # In place (Horovod's allreduce_async_); fp16/bf16: converted inside
+            # the core while packing for the wire and back while unpacking, no copy here.
             handle = enqueue_allreduce(tensor, name, self.op, self.process_set, pre, post, True, self._compression,
                                        None, "DistributedOptimizer")
             return _Pending(handle, _IN_PLACE)
@@ -181,7 +181,7 @@ class _DistributedOptimizer(_HorovodOptimizer):
         and values, averaged or summed (Horovod's sparse_allreduce_async)."""
         handle = self._sparse.allreduce_async(p, p.grad, name, self.op, self.process_set)
         # The result is final and not compressed: decompress() must leave it as it is.
-        return _Pending(handle, p.grad.dtype if self._compression is Compression.fp16 else None)
+        return _Pending(handle, p.grad.dtype if self._compression in WIRE_COMPRESSIONS else None)
 
     def _grouped_allreduce_grad_async(self, ps):
         name = self._parameter_names.get(ps[0])
@@ -348,7 +348,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     Arguments:
         optimizer: the torch.optim.Optimizer to wrap.
         named_parameters: ``model.named_parameters()``; names the allreduces.
-        compression: Compression.none or Compression.fp16.
+        compression: Compression.none, Compression.fp16 or Compression.bf16.
         backward_passes_per_step: backward passes (gradient accumulation steps)
             between allreduces.
         op: Average (default) or Sum.

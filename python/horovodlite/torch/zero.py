@@ -204,7 +204,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         overlap_with_ddp: torch's DDP-hook mode; not applicable (no DDP here).
         stage: 2 (default; gradients sharded, freed as reduced) or 1 (optimizer
             state sharded, gradients kept in p.grad and reduced at step()).
-        compression: hvd.Compression.none or .fp16 for the gradients' reducescatter.
+        compression: hvd.Compression.none, .fp16 or .bf16 for the gradients' reducescatter.
         backward_passes_per_step: backward passes accumulated locally per step.
         op: hvd.Average (default) or hvd.Sum over the ranks.
         max_inflight_bytes: stage 2's bound on the full-size gradients waiting
@@ -230,8 +230,9 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
                              % (what, backward_passes_per_step))
         if op not in (Average, Sum):
             raise ValueError("%s: op must be hvd.Average or hvd.Sum" % what)
-        if compression not in (Compression.none, Compression.fp16):
-            raise ValueError("%s: compression must be hvd.Compression.none or hvd.Compression.fp16" % what)
+        if compression not in (Compression.none, Compression.fp16, Compression.bf16):
+            raise ValueError("%s: compression must be hvd.Compression.none, hvd.Compression.fp16 or "
+                             "hvd.Compression.bf16" % what)
         self._inner = None
         super().__init__(params, defaults)
         return_freed_memory()

@@ -222,6 +222,82 @@ def test_fp16_compression_leaves_other_dtypes_as_horovod(size):
     assert out.dtype == torch.bfloat16 and torch.equal(out.float(), torch.full((5,), size * (size + 1) / 2.0))
 
 
+def _horovod_bf16(t, op, size):
+    """The bf16 twin of _horovod_fp16: bf16 values summed with bf16 rounding of
+    each partial sum, Average's 1/size applied in float and rounded to bf16.
+    bf16 keeps 8 significant bits: half an ulp is 2^-8 of a value's magnitude."""
+    gathered = hvd.allgather(t.to(torch.bfloat16).unsqueeze(0), name="bf16.ref.%s" % op)
+    acc = gathered[0]
+    for r in range(1, size):
+        acc = (acc.float() + gathered[r].float()).bfloat16()
+    if op == hvd.Average:
+        acc = (acc.float() * torch.tensor(1.0 / size, dtype=torch.float32)).bfloat16()
+    bound = gathered.float().abs().sum(0) * (size - 1) * 2.0 ** -8
+    if op == hvd.Average:
+        bound = bound / size
+    return acc.to(t.dtype), bound.to(t.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
+@pytest.mark.parametrize("n", [33, N])
+def test_bf16_compression_matches_horovod_and_is_close_to_float32(dtype, op, n, size):
+    """float32 goes through the core's bf16 wire, float64 through the Python
+    compressor (as fp16 does); both give the bf16 values a bf16 allreduce gives,
+    within about 1e-2 (relative to the magnitudes) of the uncompressed result."""
+    g = torch.Generator().manual_seed(200 + hvd.rank())
+    t = (torch.randn(n, generator=g, dtype=torch.float64) * 3).to(dtype)
+    out = hvd.allreduce(t, name="bf16.%s.%s.%d" % (dtype, op, n), op=op, compression=hvd.Compression.bf16)
+    assert out.dtype == dtype
+    assert torch.equal(out, out.to(torch.bfloat16).to(dtype)), "not bf16 values: bf16 was not on the wire"
+    expected, bound = _horovod_bf16(t, op, size)
+    if size == 2:
+        assert torch.equal(out, expected)  # one bf16 rounding of the sum, whatever the order
+    else:
+        assert bool(((out - expected).abs() <= 2 * bound + 2.0 ** -133).all())
+    exact = hvd.allreduce(t, name="bf16.exact.%s.%s.%d" % (dtype, op, n), op=op)
+    magnitude = hvd.allreduce(t.abs(), name="bf16.mag.%s.%s.%d" % (dtype, op, n), op=op)
+    # Close to float32's: each of at most 2 * size bf16 roundings (the inputs,
+    # the partial sums, Average's quotient) is within 2^-9 of the magnitudes
+    # involved: 7.8e-3 (np 2) and 1.2e-2 (np 3) of the mean magnitude.
+    assert bool(((out - exact).abs() <= 2 * size * 2.0 ** -9 * magnitude + 1e-30).all())
+    h = hvd.allreduce_async(t, name="bf16.async.%s.%s.%d" % (dtype, op, n), op=op,
+                            compression=hvd.Compression.bf16)
+    assert torch.equal(hvd.synchronize(h), out)
+
+
+def test_bf16_keeps_float32_range_where_fp16_overflows(size):
+    t = torch.full((64,), 60000.0) + hvd.rank()
+    bf = hvd.allreduce(t, name="bf16.range", op=hvd.Sum, compression=hvd.Compression.bf16)
+    fp = hvd.allreduce(t, name="fp16.range", op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert bool(torch.isinf(fp).all())
+    assert bool(torch.isfinite(bf).all())
+    torch.testing.assert_close(bf, torch.full((64,), 60000.0 * size), rtol=1e-2, atol=0)
+
+
+def test_bf16_compression_refuses_integer_tensors_by_name(size):
+    """fp16 lets an integer tensor through uncompressed (Horovod's compressor
+    does); bf16 refuses it, naming the tensor, on every rank alike (before
+    anything is enqueued, so the ranks stay in step)."""
+    ints = torch.arange(10, dtype=torch.int32)
+    bf16 = hvd.Compression.bf16
+    with pytest.raises(TypeError, match=r"allreduce: Compression\.bf16 .*'bf16\.ints' is torch\.int32"):
+        hvd.allreduce(ints, name="bf16.ints", compression=bf16)
+    with pytest.raises(TypeError, match=r"allreduce_async: .*'bf16\.ints\.async'"):
+        hvd.allreduce_async(ints, name="bf16.ints.async", compression=bf16)
+    with pytest.raises(TypeError, match=r"grouped_allreduce: .*'bf16\.ints\.grouped' \[1\] is torch\.int64"):
+        hvd.grouped_allreduce([torch.ones(3), torch.ones(3, dtype=torch.int64)], name="bf16.ints.grouped",
+                              compression=bf16)
+    with pytest.raises(TypeError, match=r"reducescatter: .*'bf16\.ints\.rs'"):
+        hvd.reducescatter(torch.ones(2 * size, dtype=torch.int32), name="bf16.ints.rs", compression=bf16)
+    with pytest.raises(TypeError, match=r"grouped_reducescatter: .*unnamed"):
+        hvd.grouped_reducescatter([torch.ones(2 * size, dtype=torch.uint8)], compression=bf16)
+    with pytest.raises(TypeError, match="floating-point"):
+        hvd.Compression.bf16.compress(ints)
+    # The runtime is still in step: an ordinary allreduce works.
+    assert torch.equal(hvd.allreduce(ints, name="bf16.ints.after", op=hvd.Sum), ints * size)
+
+
 @pytest.mark.parametrize("form", ["allreduce", "allreduce_async", "allreduce_async_", "allreduce_"])
 def test_every_allreduce_form_makes_the_same_checks(form, size):
     """The in-place form (DistributedOptimizer's and per-parameter loops' fast

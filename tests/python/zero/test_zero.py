@@ -250,6 +250,22 @@ def test_fp16_compression():
     assert_identical_on_ranks(model)
 
 
+def test_bf16_compression():
+    """bf16 reducescatter against the replicated optimizer's bf16 allreduce: both
+    8 significant bits, rounded at different points: within 2e-2."""
+    ref = make_model()
+    train(ref, replicated(ref, compression=hvd.Compression.bf16), 4)
+    model = make_model()
+    opt = hvd.ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=0.01,
+                                      compression=hvd.Compression.bf16)
+    train(model, opt, 4)
+    assert_same(model, ref, atol=2e-2, rtol=2e-2)
+    assert_identical_on_ranks(model)
+    with pytest.raises(ValueError, match="bf16"):
+        hvd.ZeroRedundancyOptimizer(make_model().parameters(), optimizer_class=torch.optim.Adam, lr=0.01,
+                                    compression=object())
+
+
 def test_consolidated_state_dict_matches_and_resumes():
     ref = make_model()
     ropt = replicated(ref)

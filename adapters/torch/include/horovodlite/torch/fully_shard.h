@@ -84,7 +84,8 @@ struct FullyShardOptions {
   // Free the gathered parameters after forward and gather them again for
   // backward (true), or keep them until backward has their gradients.
   bool reshard_after_forward = true;
-  // kFp16: floating gradients are reducescattered as float16 and cast back.
+  // kFp16 (kBf16): floating gradients are reducescattered as float16 (bfloat16)
+  // and cast back.
   Compression compression = Compression::kNone;
   // kAverage or kSum over the set's ranks.
   ReduceOp op = ReduceOp::kAverage;

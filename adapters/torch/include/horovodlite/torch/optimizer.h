@@ -29,8 +29,8 @@ struct Node;
 namespace horovodlite {
 namespace torch {
 
-// The core's enum (horovodlite/common.h): kFp16 makes floating gradients travel
-// as float16; they are restored to their dtype.
+// The core's enum (horovodlite/common.h): kFp16 (kBf16) makes float32/float64
+// gradients travel as float16 (bfloat16); they are restored to their dtype.
 using Compression = ::horovodlite::Compression;
 
 struct DistributedOptimizerOptions {

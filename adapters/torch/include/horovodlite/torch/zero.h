@@ -89,7 +89,8 @@ struct ZeroOptions {
   // 2: gradients sharded (reduced as backward produces them, then dropped);
   // 1: only the optimizer state is sharded (gradients reduced at step()).
   int stage = 2;
-  // kFp16: floating gradients are reducescattered as float16 and cast back.
+  // kFp16 (kBf16): floating gradients are reducescattered as float16 (bfloat16)
+  // and cast back.
   Compression compression = Compression::kNone;
   // Backward passes accumulated locally per step.
   int backward_passes_per_step = 1;
