@@ -288,7 +288,7 @@ def _supervise(group, np, log):
             others = group.running()
             log("rank %d on host %s %s; ending the other %d rank(s)" % (
                 worker.slot.rank, worker.slot.hostname, describe_exit(rc), len(others)))
-            log(horovod_messages.nonzero_exit(worker.slot.hostname, worker.slot.local_rank, rc))
+            log(horovod_messages.nonzero_exit(worker.slot.rank, rc))
             group.terminate(others)
             return exit_code(rc)
     return 0

@@ -14,6 +14,8 @@ fails exits non-zero, and the launcher ends the others.
 
 import sys
 
+from horovodlite.runner import horovod_messages
+
 SCOPE = "runfunc"
 
 # run()'s elastic parameters: horovodlite-run's elastic driver runs commands,
@@ -206,8 +208,10 @@ def _results(server, np, rc, cloudpickle):
                 except Exception:  # noqa: BLE001 - the text is enough
                     cause = None
         last = tb.strip().splitlines()[-1] if tb.strip() else "?"
+        # Horovod's text too (its horovod.run raises it): fn_exec exits 1 after an exception.
         raise RunError("horovodlite.runner.run: fn failed on rank%s %s (first: rank %d): %s\nTraceback of rank %d:\n%s"
-                       % ("s" if len(failed) > 1 else "", ", ".join(map(str, failed)), first, last, first, tb),
+                       "%s" % ("s" if len(failed) > 1 else "", ", ".join(map(str, failed)), first, last, first, tb,
+                               horovod_messages.nonzero_exit(first, 1)),
                        ranks=failed, remote_traceback=tb, exit_code=rc) from cause
     missing = [rank for rank in range(np) if server.get(SCOPE, "result/%d" % rank) is None]
     if rc != 0 or missing:

@@ -51,6 +51,7 @@ def check_exception_names_rank(**launch):
     assert isinstance(err, RuntimeError)
     assert err.ranks == [1], str(err)
     assert "fn failed on rank 1" in str(err) and "injected failure on rank 1" in str(err)
+    assert "Horovod detected that one or more processes exited with non-zero status" in str(err)
     assert "Traceback" in err.remote_traceback and "fail_on" in err.remote_traceback
     assert isinstance(err.__cause__, ValueError)
     assert time.monotonic() - t0 < 45, "the other ranks were not ended"

@@ -135,7 +135,7 @@ def launch_elastic(command, discovery, np, min_np, max_np, job_env, *, timeout_s
     failure = driver.first_failure()
     if code != 0 and failure and not (message and "--reset-limit" in message):
         # Horovod raises this one unless the reset limit ended the job.
-        print("horovodlite-run: " + horovod_messages.nonzero_exit(*failure), file=sys.stderr, flush=True)
+        print("horovodlite-run: " + horovod_messages.elastic_nonzero_exit(*failure), file=sys.stderr, flush=True)
     return code
 
 
