@@ -133,7 +133,7 @@ TEST_F(Gpu, AllreduceSumAndAverageManySizes) {
 TEST_F(Gpu, FusedAllreduceWithScalingAndFp16) {
   const int n = size(), r = rank();
   const std::vector<int64_t> counts = {3, 1, 4099, 0, 65536, 7};
-  for (Compression c : {Compression::kNone, Compression::kFp16}) {
+  for (Compression c : {Compression::kNone, Compression::kFp16, Compression::kBf16}) {
     std::vector<TensorView> xs;
     std::vector<HandlePtr> hs;
     AllreduceOptions o;
@@ -155,7 +155,8 @@ TEST_F(Gpu, FusedAllreduceWithScalingAndFp16) {
     for (size_t t = 0; t < counts.size(); ++t) {
       std::vector<float> got = download<float>(xs[t]);
       for (int64_t i = 0; i < counts[t]; ++i) {
-        // sum over ranks of (k + 1 + i%5 + t) * 0.5, times 4: small integers, exact in fp16 too.
+        // sum over ranks of (k + 1 + i%5 + t) * 0.5, times 4: small integers, exact in fp16
+        // and bf16 too (below 256, partial sums of halves below 128).
         const float expect = 2.0f * (n * (n + 1) / 2 + n * ((i % 5) + static_cast<float>(t)));
         ASSERT_EQ(got[i], expect) << "tensor " << t << " element " << i;
       }
