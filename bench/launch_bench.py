@@ -10,8 +10,10 @@ with SGD, hvd.DistributedOptimizer or DDP (gloo), after --warmup steps.
 
     PYTHONPATH=build/python .venv/bin/python bench/launch_bench.py --np 2 --repeats 5
 
-Launchers: torchrun (--standalone) and, with --with-mpirun, Open MPI's plain
-mpirun (hvd only: torch.distributed has no mpirun rendezvous of its own).
+Launchers: torchrun (--standalone); with --with-mpirun, Open MPI's plain
+mpirun and horovodlite-run --gloo (hvd only: torch.distributed has no
+rendezvous of theirs); with --with-slurm, srun on a one-node Slurm that the
+benchmark starts (tests/python/slurm/slurm_cluster.py; root).
 """
 
 import argparse
@@ -76,9 +78,15 @@ def launch(launcher, who, args, out):
     if launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.np),
                *worker_argv]
-    else:
+    elif launcher == "mpirun":
         cmd = ["mpirun", "-np", str(args.np), "--oversubscribe", sys.executable, *worker_argv]
+    elif launcher == "horovodlite-run":
+        cmd = [sys.executable, "-m", "horovodlite.run", "--gloo", "-np", str(args.np), sys.executable, *worker_argv]
+    else:
+        cmd = ["srun", "-n", str(args.np), sys.executable, *worker_argv]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_MCA", "HOROVOD"))}
+    if launcher == "srun":
+        env = args.slurm.env(env)
     env.update(OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env["HVL_BENCH_T0"] = repr(time.time())
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -98,10 +106,22 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--with-mpirun", action="store_true")
+    p.add_argument("--with-slurm", action="store_true")
     args = p.parse_args()
     if args.worker:
         return worker(args)
-    cases = [("torchrun", "hvd"), ("torchrun", "torch")] + ([("mpirun", "hvd")] if args.with_mpirun else [])
+    cases = [("torchrun", "hvd"), ("torchrun", "torch")]
+    if args.with_mpirun:
+        cases += [("mpirun", "hvd"), ("horovodlite-run", "hvd")]
+    if args.with_slurm:
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), os.pardir, "tests", "python", "slurm"))
+        from slurm_cluster import SlurmCluster
+        with SlurmCluster() as args.slurm:
+            return report(args, cases + [("srun", "hvd")])
+    return report(args, cases)
+
+
+def report(args, cases):
     results = {c: [] for c in cases}
     for _ in range(args.repeats):
         for case in cases:  # interleaved: drift hits every case alike
@@ -109,11 +129,11 @@ def main():
                 results[case].append(launch(*case, args, out))
     print("np %d, MLP %d x %d, batch %d, %d repeats (median [min-max])" % (args.np, args.layers, args.hidden,
                                                                           args.batch, args.repeats))
-    print("%-10s %-6s %-26s %-26s" % ("launcher", "lib", "launch->1st allreduce s", "step ms"))
+    print("%-16s %-6s %-26s %-26s" % ("launcher", "lib", "launch->1st allreduce s", "step ms"))
     for (launcher, who), runs in results.items():
         s = [r[0] for r in runs]
         ms = [r[1] for r in runs]
-        print("%-10s %-6s %5.2f [%4.2f-%4.2f]%10s %6.1f [%5.1f-%5.1f]" % (
+        print("%-16s %-6s %5.2f [%4.2f-%4.2f]%10s %6.1f [%5.1f-%5.1f]" % (
             launcher, who, statistics.median(s), min(s), max(s), "", statistics.median(ms), min(ms), max(ms)))
 
 

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -212,11 +214,23 @@ std::string secret_from_env() {
 
 int generation = 0;
 
+// Which world init() joins, at info level (as Python's init() says it).
+void log_joined(const World& w) {
+  std::string level = env("HOROVODLITE_LOG_LEVEL");
+  if (level.empty()) level = env("HOROVOD_LOG_LEVEL");
+  for (auto& c : level) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (level == "trace" || level == "debug" || level == "info") {
+    std::fprintf(stderr, "[horovodlite info] horovodlite::torch::init(): joins the %s world (%s)\n", w.kind.c_str(),
+                 w.why.c_str());
+  }
+}
+
 }  // namespace
 
 bool join(InitOptions* options) {
   World w;
   if (!detect(&w)) return false;
+  log_joined(w);
   const std::chrono::milliseconds within = timeout();
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(w.port);
