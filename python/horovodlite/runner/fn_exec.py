@@ -71,6 +71,38 @@ def _shutdown_horovodlite():
         mod.shutdown()
 
 
+# The driver's side of the protocol (horovodlite.spark.run, horovodlite.runner.run).
+
+def result_record(server, scope, rank, error, who):
+    """Rank `rank`'s result record once its seal checks (None when there is
+    none); a record not sealed with the job's secret is refused, never
+    unpickled: `error` (a driver's exception class taking ranks=) naming `who`."""
+    from horovodlite.runner.secret import AuthError
+    record = server.get(scope, "result/%d" % rank)
+    if record is None:
+        return None
+    try:
+        return server.unseal("%s/result/%d" % (scope, rank), record)
+    except AuthError as e:
+        raise error("%s: the result of rank %d was refused, not unpickled: %s" % (who, rank, e),
+                    ranks=[rank]) from None
+
+
+def failure(server, scope, rank, record, cloudpickle):
+    """(traceback text, its last line, the exception or None) of a failed rank:
+    from its result `record` when it has one, else the text at failed/<rank>."""
+    tb = server.get(scope, "failed/%d" % rank).decode(errors="replace")
+    cause = None
+    if record is not None:
+        _, tb, exc = cloudpickle.loads(record)
+        if exc is not None:
+            try:
+                cause = cloudpickle.loads(exc)
+            except Exception:  # noqa: BLE001 - the text is enough
+                cause = None
+    return tb, tb.strip().splitlines()[-1] if tb.strip() else "?", cause
+
+
 def main():
     _die_with_parent()
     from horovodlite.runner.store_client import RendezvousClient

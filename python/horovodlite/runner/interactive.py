@@ -14,7 +14,7 @@ fails exits non-zero, and the launcher ends the others.
 
 import sys
 
-from horovodlite.runner import horovod_messages
+from horovodlite.runner import fn_exec, horovod_messages
 
 SCOPE = "runfunc"
 
@@ -178,15 +178,7 @@ def run(fn, args=(), kwargs=None, np=1, min_np=None, max_np=None, slots=None, re
 
 
 def _record(server, rank):
-    from horovodlite.runner.secret import AuthError
-    record = server.get(SCOPE, "result/%d" % rank)
-    if record is None:
-        return None
-    try:
-        return server.unseal("%s/result/%d" % (SCOPE, rank), record)
-    except AuthError as e:
-        raise RunError("horovodlite.runner.run: the result of rank %d was refused, not unpickled: %s" % (rank, e),
-                       ranks=[rank]) from None
+    return fn_exec.result_record(server, SCOPE, rank, RunError, "horovodlite.runner.run")
 
 
 def _failed_ranks(server):
@@ -197,17 +189,7 @@ def _results(server, np, rc, cloudpickle):
     failed = _failed_ranks(server)
     if failed:
         first = failed[0]
-        tb = server.get(SCOPE, "failed/%d" % first).decode(errors="replace")
-        cause = None
-        record = _record(server, first)
-        if record is not None:
-            _, tb, exc = cloudpickle.loads(record)
-            if exc is not None:
-                try:
-                    cause = cloudpickle.loads(exc)
-                except Exception:  # noqa: BLE001 - the text is enough
-                    cause = None
-        last = tb.strip().splitlines()[-1] if tb.strip() else "?"
+        tb, last, cause = fn_exec.failure(server, SCOPE, first, _record(server, first), cloudpickle)
         # Horovod's text too (its horovod.run raises it): fn_exec exits 1 after an exception.
         raise RunError("horovodlite.runner.run: fn failed on rank%s %s (first: rank %d): %s\nTraceback of rank %d:\n%s"
                        "%s" % ("s" if len(failed) > 1 else "", ", ".join(map(str, failed)), first, last, first, tb,

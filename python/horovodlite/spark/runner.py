@@ -22,10 +22,10 @@ import sys
 import threading
 import time
 
-from horovodlite.runner import worker_env
+from horovodlite.runner import fn_exec, worker_env
 from horovodlite.runner.gloo_run import bind_address
 from horovodlite.runner.rendezvous import RendezvousClient, RendezvousServer
-from horovodlite.runner.secret import AuthError, make_secret
+from horovodlite.runner.secret import make_secret
 
 SCOPE = "spark"
 DEFAULT_START_TIMEOUT_S = 600  # Horovod's HOROVOD_SPARK_START_TIMEOUT default
@@ -426,16 +426,7 @@ def _wait_for_ranks(server, num_proc, thread, output):
 
 
 def _result_record(server, rank):
-    """Rank `rank`'s result record once its seal checks (None when there is
-    none); a record not sealed with this job's secret is refused, never unpickled."""
-    record = server.get(SCOPE, "result/%d" % rank)
-    if record is None:
-        return None
-    try:
-        return server.unseal("%s/result/%d" % (SCOPE, rank), record)
-    except AuthError as e:
-        raise SparkJobError("horovodlite.spark.run: the result of rank %d was refused, not unpickled: %s" % (
-            rank, e), ranks=[rank]) from None
+    return fn_exec.result_record(server, SCOPE, rank, SparkJobError, "horovodlite.spark.run")
 
 
 def _results(server, num_proc, outcome):
@@ -445,17 +436,7 @@ def _results(server, num_proc, outcome):
     rank_task = {t[1]: t[0] for t in tasks.values()}
     if failed:
         first = failed[0]
-        record = _result_record(server, first)
-        tb = server.get(SCOPE, "failed/%d" % first).decode(errors="replace")
-        cause = None
-        if record is not None:
-            _, tb, exc = cloudpickle.loads(record)
-            if exc is not None:
-                try:
-                    cause = cloudpickle.loads(exc)
-                except Exception:  # noqa: BLE001 - the text is enough
-                    cause = None
-        last = tb.strip().splitlines()[-1] if tb.strip() else "?"
+        tb, last, cause = fn_exec.failure(server, SCOPE, first, _result_record(server, first), cloudpickle)
         err = SparkJobError("horovodlite.spark.run: fn failed on rank%s %s (first: rank %d%s): %s\n"
                             "Traceback of rank %d:\n%s"
                             % ("s" if len(failed) > 1 else "", ", ".join(map(str, failed)), first,
