@@ -210,18 +210,8 @@ def _timeout_s(environ):
             except ValueError:
                 raise LaunchError("horovodlite.init(): %s=%r is not a number of seconds"
                                   % (name, environ[name])) from None
-    return 30.0
-
-
-def _route_source(host):
-    """This machine's address on the route to `host` (no packet is sent), or None."""
-    try:
-        target = socket.getaddrinfo(host, 1, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((target, 1))
-            return s.getsockname()[0]
-    except OSError:
-        return None
+    from horovodlite.runner.worker_env import DEFAULT_GLOO_TIMEOUT_S
+    return float(DEFAULT_GLOO_TIMEOUT_S)
 
 
 def _interface_of(addr):
@@ -338,9 +328,12 @@ def _join(launch):
         _wait(store, hosts_keys, timeout, launch, "not every rank joined")
         names = [store.get(k).decode() for k in hosts_keys]
         one_host = all(n == names[0] for n in names)
-        addr = "127.0.0.1" if one_host else (_route_source(launch.master_addr) if launch.master_addr else None)
-        if not addr or addr.startswith("127."):
-            addr = "127.0.0.1" if one_host else worker_env.driver_address()
+        if one_host:
+            addr = "127.0.0.1"
+        else:
+            addr = worker_env.route_source(launch.master_addr) if launch.master_addr else None
+            if not addr or addr.startswith("127."):
+                addr = worker_env.driver_address()
         secret = next(environ[n] for n in auth.SECRET_ENV_NAMES if environ.get(n)) if user_secret else None
         server = RendezvousServer(bind_host=gloo_run.bind_address(addr), port=0, secret=secret)
         port = server.start()
@@ -367,7 +360,7 @@ def _join(launch):
     if one_host != "1" and not (environ.get("HOROVOD_GLOO_IFACE") or environ.get("HOROVODLITE_GLOO_IFACE")):
         # Host names made unique per node (name#node) do not resolve: bind the
         # interface that reaches rank 0's host.
-        iface = _interface_of(_route_source(addr) or "")
+        iface = _interface_of(worker_env.route_source(addr) or "")
         if iface:
             contract["HOROVOD_GLOO_IFACE"] = iface
     for name, value in contract.items():

@@ -60,15 +60,9 @@ def rendezvous_address(hosts, iface=None, is_local=hosts_util.is_local):
     remote = [name for name, _ in hosts if not is_local(name)]
     if not remote:
         return "127.0.0.1"
-    try:
-        target = socket.getaddrinfo(remote[0], 1, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((target, 1))
-            addr = s.getsockname()[0]
-            if not addr.startswith("127."):
-                return addr
-    except OSError:
-        pass
+    addr = worker_env.route_source(remote[0])
+    if addr and not addr.startswith("127."):
+        return addr
     return _first_external_address() or socket.gethostname()
 
 

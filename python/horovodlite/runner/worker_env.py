@@ -164,6 +164,17 @@ def _iface_address(nics):
     return None
 
 
+def route_source(host):
+    """This machine's IPv4 address on the route to `host` (no packet is sent), or None."""
+    try:
+        target = socket.getaddrinfo(host, 1, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 1))
+            return s.getsockname()[0]
+    except OSError:
+        return None
+
+
 def interface_address(name):
     """The IPv4 address of this machine's interface `name`, or None."""
     import fcntl
