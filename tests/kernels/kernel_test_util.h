@@ -124,6 +124,41 @@ inline int64_t first_mismatch(const void* a, const void* b, int64_t count, DataT
   return -1;
 }
 
+// The definition of reduce_half_into with a 16-bit wire (kFloat16 or kBFloat16),
+// one element at a time in the buffer's type T: d = d op decode(s), encoded to
+// out when given, d rounded through the wire when `round`.
+template <class T>
+void wire_reference(T* d, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op, bool round, DataType wire) {
+  const bool bf = wire == DataType::kBFloat16;
+  auto decode = [bf](uint16_t h) { return bf ? detail::bfloat16_to_float_scalar(h) : detail::half_to_float_scalar(h); };
+  for (int64_t i = 0; i < n; ++i) {
+    const T a = d[i];
+    const T b = static_cast<T>(decode(s[i]));
+    T r;
+    switch (op) {
+      case ReduceOp::kMin:
+        r = (b < a || b != b) ? b : a;
+        break;
+      case ReduceOp::kMax:
+        r = (b > a || b != b) ? b : a;
+        break;
+      case ReduceOp::kProduct:
+        r = a * b;
+        break;
+      default:
+        r = a + b;
+    }
+    uint16_t h;
+    if constexpr (sizeof(T) == 4) {
+      h = bf ? detail::float_to_bfloat16_scalar(r) : detail::float_to_half_scalar(r);
+    } else {
+      h = bf ? detail::double_to_bfloat16_scalar(r) : detail::double_to_half_scalar(r);
+    }
+    d[i] = round ? static_cast<T>(decode(h)) : r;
+    if (out) out[i] = h;
+  }
+}
+
 }  // namespace testing
 }  // namespace kernels
 }  // namespace horovodlite

@@ -160,37 +160,6 @@ TEST(Bf16Wire, DoubleRoundsOnce) {
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(got[i], want[i]) << i << ": " << in[i];
 }
 
-// The definition of reduce_half with a bf16 wire, one element at a time.
-template <class T>
-void reference(T* d, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op, bool round) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T a = d[i];
-    const T b = static_cast<T>(detail::bfloat16_to_float_scalar(s[i]));
-    T r;
-    switch (op) {
-      case ReduceOp::kMin:
-        r = (b < a || b != b) ? b : a;
-        break;
-      case ReduceOp::kMax:
-        r = (b > a || b != b) ? b : a;
-        break;
-      case ReduceOp::kProduct:
-        r = a * b;
-        break;
-      default:
-        r = a + b;
-    }
-    uint16_t h;
-    if constexpr (sizeof(T) == 4) {
-      h = detail::float_to_bfloat16_scalar(r);
-    } else {
-      h = detail::double_to_bfloat16_scalar(r);
-    }
-    d[i] = round ? static_cast<T>(detail::bfloat16_to_float_scalar(h)) : r;
-    if (out) out[i] = h;
-  }
-}
-
 TEST(Bf16Wire, ReduceVectorMatchesScalarAndScalarMatchesDefinition) {
   const bool vector = cpu_has_avx2_f16c();
   std::mt19937_64 rng(43);
@@ -222,9 +191,9 @@ TEST(Bf16Wire, ReduceVectorMatchesScalarAndScalarMatchesDefinition) {
             }
             detail::scalar_reduce_half_into(ds.data(), ss.data(), outs, n, t, op, round, kBf);
             if (t == DataType::kFloat32) {
-              reference(reinterpret_cast<float*>(dr.data()), sr.data(), outr, n, op, round);
+              testing::wire_reference(reinterpret_cast<float*>(dr.data()), sr.data(), outr, n, op, round, kBf);
             } else {
-              reference(reinterpret_cast<double*>(dr.data()), sr.data(), outr, n, op, round);
+              testing::wire_reference(reinterpret_cast<double*>(dr.data()), sr.data(), outr, n, op, round, kBf);
             }
             ASSERT_EQ(first_mismatch(dv.data(), ds.data(), n, t), -1) << what << ": vector vs scalar buffer";
             ASSERT_EQ(first_mismatch(ds.data(), dr.data(), n, t), -1) << what << ": scalar vs definition";

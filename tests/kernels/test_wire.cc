@@ -33,37 +33,6 @@ std::vector<uint16_t> random_halves(int64_t n, std::mt19937_64& rng) {
   return h;
 }
 
-// The definition, one element at a time, in the buffer's type.
-template <class T>
-void reference(T* d, const uint16_t* s, uint16_t* out, int64_t n, ReduceOp op, bool round) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T a = d[i];
-    const T b = static_cast<T>(detail::half_to_float_scalar(s[i]));
-    T r;
-    switch (op) {
-      case ReduceOp::kMin:
-        r = (b < a || b != b) ? b : a;
-        break;
-      case ReduceOp::kMax:
-        r = (b > a || b != b) ? b : a;
-        break;
-      case ReduceOp::kProduct:
-        r = a * b;
-        break;
-      default:
-        r = a + b;
-    }
-    uint16_t h;
-    if constexpr (sizeof(T) == 4) {
-      h = detail::float_to_half_scalar(r);
-    } else {
-      h = detail::double_to_half_scalar(r);
-    }
-    d[i] = round ? static_cast<T>(detail::half_to_float_scalar(h)) : r;
-    if (out) out[i] = h;
-  }
-}
-
 TEST(WireKernels, VectorMatchesScalarAndScalarMatchesDefinition) {
   if (!cpu_has_avx2_f16c()) GTEST_SKIP() << "no AVX2/F16C on this CPU";
   std::mt19937_64 rng(42);
@@ -91,9 +60,11 @@ TEST(WireKernels, VectorMatchesScalarAndScalarMatchesDefinition) {
             detail::avx2_reduce_half_into(dv.data(), sv.data(), outv, n, t, op, round);
             detail::scalar_reduce_half_into(ds.data(), ss.data(), outs, n, t, op, round);
             if (t == DataType::kFloat32) {
-              reference(reinterpret_cast<float*>(dr.data()), sr.data(), outr, n, op, round);
+              testing::wire_reference(reinterpret_cast<float*>(dr.data()), sr.data(), outr, n, op, round,
+                                      DataType::kFloat16);
             } else {
-              reference(reinterpret_cast<double*>(dr.data()), sr.data(), outr, n, op, round);
+              testing::wire_reference(reinterpret_cast<double*>(dr.data()), sr.data(), outr, n, op, round,
+                                      DataType::kFloat16);
             }
             ASSERT_EQ(first_mismatch(dv.data(), ds.data(), n, t), -1) << what << ": vector vs scalar buffer";
             ASSERT_EQ(first_mismatch(ds.data(), dr.data(), n, t), -1) << what << ": scalar vs definition";
